@@ -1,0 +1,131 @@
+"""The one interface every wire format implements, and its options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import msgspec
+
+from cdclake.events import ChangeEvent, Source
+from cdclake.records import Record
+
+
+class DecodeError(ValueError):
+    """A record this format cannot turn into events; the message says why, for a person."""
+
+
+class Option(msgspec.Struct, frozen=True):
+    """A format option, declared once: it is the CLI's ``--option name=value`` and the pipeline file's
+    ``[source.options]`` key, validated and converted here."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    def parse(self, value: Any) -> Any:
+        if isinstance(self.default, bool):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"option {self.name} takes true or false, not {value!r}")
+            return text in ("true", "1", "yes")
+        if isinstance(self.default, int):
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"option {self.name} takes a whole number, not {value!r}") from None
+        text = "" if value is None else str(value)
+        if self.choices and text not in self.choices:
+            raise ValueError(f"option {self.name} takes one of {', '.join(self.choices)}, not {value!r}")
+        return text
+
+
+class Failure(msgspec.Struct):
+    """A record that could not be decoded: dead-letter material."""
+
+    record: Record
+    format: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.format}: record {self.record.where()}: {self.reason}"
+
+
+class Decoded(msgspec.Struct):
+    """What a batch of records became. Every record is accounted for: it produced events, failed, or
+    was skipped by design (a tombstone, a NOOP, a heartbeat)."""
+
+    events: list[ChangeEvent] = msgspec.field(default_factory=list)
+    failures: list[Failure] = msgspec.field(default_factory=list)
+    skipped: int = 0
+
+
+class Format:
+    """Base of every wire format. A subclass sets ``name`` and ``options`` and implements
+    :meth:`decode_record` and :meth:`encode`; a format with a faster whole-batch path overrides
+    :meth:`decode`. Formats know nothing of Spark: the same object decodes inside Spark's executors."""
+
+    name: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]] = ()
+
+    def __init__(self, **options: Any) -> None:
+        declared = {o.name: o for o in self.options}
+        unknown = set(options) - set(declared)
+        if unknown:
+            known = ", ".join(declared) or "none"
+            raise ValueError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))} (known: {known})")
+        self.settings: dict[str, Any] = {
+            name: option.parse(options[name]) if name in options else option.default
+            for name, option in declared.items()
+        }
+
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        out = Decoded()
+        for record in records:
+            try:
+                events = self.decode_record(record)
+            except Exception as exc:
+                out.failures.append(Failure(record, self.name, reason(exc)))
+                continue
+            if not events:
+                out.skipped += 1
+                continue
+            source = Source(self.name, record.topic, record.partition, record.offset)
+            for event in events:
+                if event.source is None:
+                    event.source = source
+            out.events.extend(events)
+        return out
+
+    def decode_record(self, record: Record) -> list[ChangeEvent]:
+        """The events of one record; ``[]`` when the record carries no change by design."""
+        raise NotImplementedError
+
+    def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
+        """Records a real producer of this format would write for these events."""
+        raise NotImplementedError
+
+
+def reason(exc: BaseException) -> str:
+    """A one-line reason for a person: the message of our own errors, the type and message otherwise."""
+    if isinstance(exc, DecodeError | ValueError) and str(exc):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def parse_options(format_cls: type[Format], pairs: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings (CLI ``--option``) into a dict; validation happens in the format."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"{format_cls.name}: option {pair!r} is not KEY=VALUE")
+        options[name.strip()] = value
+    return options
+
+
+def option_help(format_cls: type[Format]) -> Mapping[str, str]:
+    return {o.name: f"{o.help} (default: {o.default!r})" for o in format_cls.options}

@@ -1,0 +1,153 @@
+"""Column types in one vocabulary: MySQL/TiDB type text (``bigint(20) unsigned``, ``decimal(10,2)``,
+``enum('a','b')``, ``datetime(6)``), parsed once into :class:`SqlType`.
+
+Every format reports its columns in this vocabulary (Debezium and DTS derive it from their own schemas),
+so that value conversion and the lake's typed tables have one place that knows what a type means.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Final
+
+import msgspec
+
+# The families a base type name belongs to; the canonical value rules and the Spark types follow them.
+INTEGER: Final = "integer"
+DECIMAL: Final = "decimal"
+FLOAT: Final = "float"
+DOUBLE: Final = "double"
+BIT: Final = "bit"
+BOOLEAN: Final = "boolean"
+DATE: Final = "date"
+DATETIME: Final = "datetime"
+TIMESTAMP: Final = "timestamp"
+TIME: Final = "time"
+YEAR: Final = "year"
+TEXT: Final = "text"
+BINARY: Final = "binary"
+JSON: Final = "json"
+ENUM: Final = "enum"
+SET: Final = "set"
+VECTOR: Final = "vector"
+UNKNOWN: Final = "unknown"
+
+_FAMILIES: Final = {
+    **dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "int2", "int4", "int8",
+                     "serial", "bigserial", "smallserial"), INTEGER),
+    **dict.fromkeys(("decimal", "numeric", "fixed", "dec"), DECIMAL),
+    **dict.fromkeys(("float", "real", "float4"), FLOAT),
+    **dict.fromkeys(("double", "double precision", "float8"), DOUBLE),
+    "bit": BIT,
+    **dict.fromkeys(("bool", "boolean"), BOOLEAN),
+    "date": DATE,
+    "datetime": DATETIME,
+    **dict.fromkeys(("timestamp", "timestamptz", "timestamp with time zone"), TIMESTAMP),
+    "timestamp without time zone": DATETIME,
+    **dict.fromkeys(("time", "time without time zone"), TIME),
+    "year": YEAR,
+    **dict.fromkeys(("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "nchar", "nvarchar",
+                     "character", "character varying", "string", "uuid", "xml", "clob", "varchar2",
+                     "nvarchar2"), TEXT),
+    **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw",
+                     "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+                     "multipolygon", "geometrycollection", "geomcollection"), BINARY),
+    **dict.fromkeys(("json", "jsonb"), JSON),
+    "enum": ENUM,
+    "set": SET,
+    "vector": VECTOR,
+}
+
+# Whole range of each MySQL integer type, as bit widths.
+INTEGER_BITS: Final = {"tinyint": 8, "smallint": 16, "int2": 16, "smallserial": 16, "mediumint": 24,
+                       "int": 32, "integer": 32, "int4": 32, "serial": 32, "bigint": 64, "int8": 64,
+                       "bigserial": 64}
+
+
+class SqlType(msgspec.Struct, frozen=True):
+    name: str  # lower-case base name, e.g. "bigint", "decimal", "enum"
+    family: str
+    length: int | None = None  # display width, precision, fsp, or bit count, as the type text gives it
+    scale: int | None = None
+    unsigned: bool = False
+    members: tuple[str, ...] = ()  # ENUM / SET labels, in definition order
+
+    @property
+    def fsp(self) -> int:
+        """Fractional-second digits of a temporal type (0 when the text states none)."""
+        return self.length or 0
+
+    @property
+    def bits(self) -> int | None:
+        """Bit width of an integer type."""
+        return INTEGER_BITS.get(self.name)
+
+
+_TYPE_TEXT = re.compile(r"^\s*([a-z][a-z0-9_ ]*?)\s*(?:\((.*)\))?\s*((?:\s*(?:unsigned|signed|zerofill))*)\s*$",
+                        re.IGNORECASE | re.DOTALL)
+
+
+@lru_cache(maxsize=4096)
+def parse_type(text: str | None) -> SqlType:
+    """Parse MySQL-style type text; anything unrecognised is ``unknown`` rather than an error, because a
+    type the lake cannot map must still let the row through as text."""
+    if not text:
+        return SqlType(UNKNOWN, UNKNOWN)
+    match = _TYPE_TEXT.match(text)
+    if not match:
+        return SqlType(text.strip().lower(), UNKNOWN)
+    name = " ".join(match.group(1).lower().split())
+    args, modifiers = match.group(2), match.group(3).lower()
+    family = _FAMILIES.get(name, UNKNOWN)
+    unsigned = "unsigned" in modifiers or "zerofill" in modifiers
+    if family in (ENUM, SET):
+        return SqlType(name, family, members=tuple(split_members(args or "")))
+    length = scale = None
+    if args:
+        numbers = [a.strip() for a in args.split(",")]
+        if numbers[0].isdigit():
+            length = int(numbers[0])
+        if len(numbers) > 1 and numbers[1].isdigit():
+            scale = int(numbers[1])
+    return SqlType(name, family, length, scale, unsigned)
+
+
+def split_members(args: str) -> list[str]:
+    """ENUM/SET labels from ``'a','b,c','it''s'`` (commas inside quotes, doubled quotes)."""
+    members: list[str] = []
+    i, n = 0, len(args)
+    while i < n:
+        quote = args[i]
+        if quote not in "'\"":
+            i += 1
+            continue
+        i += 1
+        label: list[str] = []
+        while i < n:
+            ch = args[i]
+            if ch == quote and i + 1 < n and args[i + 1] == quote:
+                label.append(quote)
+                i += 2
+            elif ch == "\\" and i + 1 < n:
+                label.append(args[i + 1])
+                i += 2
+            elif ch == quote:
+                i += 1
+                break
+            else:
+                label.append(ch)
+                i += 1
+        members.append("".join(label))
+    return members
+
+
+def type_text(t: SqlType) -> str:
+    """The type text for a parsed type (the inverse of :func:`parse_type`, up to spelling)."""
+    if t.family in (ENUM, SET):
+        quoted = ",".join("'" + m.replace("'", "''") + "'" for m in t.members)
+        return f"{t.name}({quoted})"
+    args = ""
+    if t.length is not None:
+        args = f"({t.length})" if t.scale is None else f"({t.length},{t.scale})"
+    return f"{t.name}{args}{' unsigned' if t.unsigned else ''}"

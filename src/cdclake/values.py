@@ -1,0 +1,269 @@
+"""Canonical values: the exact form a column value takes in a :class:`~cdclake.events.ChangeEvent`.
+
+- integers: Python ints of any size (unsigned 64-bit stays exact); BIT: unsigned int; YEAR: int
+- DECIMAL: text with the source's scale (``"129012.1230000"``); FLOAT/DOUBLE: float
+- text and JSON: str; BINARY/BLOB/GEOMETRY: base64 text
+- DATE ``YYYY-MM-DD``; DATETIME ``YYYY-MM-DD HH:MM:SS[.ffffff]``; TIME ``[-]HH:MM:SS[.ffffff]``
+- TIMESTAMP ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` in UTC wherever the source fixes the zone
+- ENUM/SET: labels where the message gives them, else their integer value; NULL: None
+
+Formats convert their wire values with the helpers here, so that each rule is written once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import math
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cdclake import types as T
+from cdclake.types import SqlType
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_DATE = dt.date(1970, 1, 1)
+UTC = dt.UTC
+
+
+class BadValue(ValueError):
+    """A wire value that does not fit its column type; the message names the value and the type."""
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise BadValue(f"invalid base64 {text[:40]!r}") from exc
+
+
+def decimal_text(value: Decimal | int | str, scale: int | None) -> str:
+    """DECIMAL text with exactly ``scale`` fraction digits (plain notation, never an exponent)."""
+    number = value if isinstance(value, Decimal) else Decimal(value)
+    if scale is not None:
+        number = number.quantize(Decimal(1).scaleb(-scale))
+    return format(number, "f")
+
+
+def decimal_from_unscaled(unscaled: bytes, scale: int) -> str:
+    """Kafka Connect / Avro decimal bytes: big-endian two's complement unscaled value."""
+    return decimal_text(Decimal(int.from_bytes(unscaled, "big", signed=True)).scaleb(-scale), scale)
+
+
+def unscaled_bytes(text: str, scale: int) -> bytes:
+    """The inverse of :func:`decimal_from_unscaled` (minimal length, as Kafka Connect writes it)."""
+    unscaled = int(Decimal(text).scaleb(scale))
+    length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+def _fraction(micros: int, fsp: int | None) -> str:
+    if fsp:
+        return f".{micros:06d}"[: fsp + 1]
+    return f".{micros:06d}" if micros else ""
+
+
+def date_text(days: int) -> str:
+    return (EPOCH_DATE + dt.timedelta(days=days)).isoformat()
+
+
+def datetime_text(moment: dt.datetime, fsp: int | None = None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + _fraction(moment.microsecond, fsp)
+
+
+def datetime_text_from_micros(micros: int, fsp: int | None = None) -> str:
+    """A zone-less DATETIME given as micros since the epoch read as UTC (Debezium, Avro)."""
+    return datetime_text(EPOCH + dt.timedelta(microseconds=micros), fsp)
+
+
+def timestamp_text(moment: dt.datetime, fsp: int | None = None) -> str:
+    """An instant as canonical UTC text; a naive ``moment`` is taken to be UTC already."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(moment.microsecond, fsp) + "Z"
+
+
+def timestamp_text_from_micros(micros: int, fsp: int | None = None) -> str:
+    return timestamp_text(EPOCH + dt.timedelta(microseconds=micros), fsp)
+
+
+def time_text_from_micros(micros: int, fsp: int | None = None) -> str:
+    """MySQL TIME: a signed duration that may exceed 24 hours."""
+    sign = "-" if micros < 0 else ""
+    seconds, frac = divmod(abs(micros), 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{sign}{hours:02d}:{minute:02d}:{sec:02d}{_fraction(frac, fsp)}"
+
+
+def micros_from_time_text(text: str) -> int:
+    sign = -1 if text.startswith("-") else 1
+    clock, _, frac = text.lstrip("-").partition(".")
+    hours, minutes, seconds = (int(p) for p in clock.split(":"))
+    return sign * (((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + int((frac + "000000")[:6] or 0))
+
+
+def parse_datetime_text(text: str) -> dt.datetime:
+    """``YYYY-MM-DD[ T]HH:MM:SS[.f…][Z|±hh:mm]``; more than six fraction digits are cut to micros."""
+    body = text.strip()
+    zone = ""
+    if body.endswith("Z"):
+        body, zone = body[:-1], "+00:00"
+    elif len(body) > 19 and body[-6] in "+-" and body[-3] == ":":
+        body, zone = body[:-6], body[-6:]
+    head, _, frac = body.partition(".")
+    moment = dt.datetime.fromisoformat(head.replace(" ", "T") + ("." + (frac + "000000")[:6] if frac else "")
+                                       + zone)
+    return moment
+
+
+def micros_from_datetime_text(text: str) -> int:
+    """Micros since the epoch of a zone-less DATETIME (read as UTC) or of an instant with a zone."""
+    moment = parse_datetime_text(text)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    delta = moment - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def days_from_date_text(text: str) -> int:
+    return (dt.date.fromisoformat(text) - EPOCH_DATE).days
+
+
+@lru_cache(maxsize=64)
+def zone(name: str) -> dt.tzinfo:
+    if name.upper() in ("UTC", "Z", "GMT"):
+        return UTC
+    if name[:1] in "+-":
+        hours, _, minutes = name[1:].partition(":")
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes or 0))
+        return dt.timezone(-offset if name[0] == "-" else offset)
+    return ZoneInfo(name)
+
+
+def is_zero_date(text: str) -> bool:
+    return text.startswith("0000-00-00")
+
+
+def local_timestamp_to_utc(text: str, source_zone: str) -> str:
+    """A TIMESTAMP that the producer rendered in its own zone, as canonical UTC text. Zero dates cannot
+    be converted and stay as the producer wrote them."""
+    if is_zero_date(text):
+        return text
+    head, _, frac = text.partition(".")
+    moment = dt.datetime.fromisoformat(head.replace(" ", "T")).replace(tzinfo=zone(source_zone))
+    fraction = "." + frac if frac else ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+
+
+def utc_timestamp_to_local(text: str, target_zone: str) -> str:
+    """The inverse of :func:`local_timestamp_to_utc`, for encoders."""
+    if is_zero_date(text):
+        return text
+    head, _, frac = text.rstrip("Z").partition(".")
+    moment = dt.datetime.fromisoformat(head).replace(tzinfo=UTC).astimezone(zone(target_zone))
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + ("." + frac if frac else "")
+
+
+def enum_value(index: int, t: SqlType) -> str | int:
+    """ENUM index (1-based; 0 is MySQL's empty/invalid value) → label when the type lists labels."""
+    if not t.members:
+        return index
+    return t.members[index - 1] if 0 < index <= len(t.members) else ""
+
+
+def enum_index(value: str | int, t: SqlType) -> int:
+    if isinstance(value, int):
+        return value
+    return t.members.index(value) + 1 if value in t.members else 0
+
+
+def set_value(mask: int, t: SqlType) -> str | int:
+    """SET bitmask (bit k = k-th member) → comma-joined labels when the type lists labels."""
+    if not t.members:
+        return mask
+    return ",".join(m for i, m in enumerate(t.members) if mask >> i & 1)
+
+
+def set_mask(value: str | int, t: SqlType) -> int:
+    if isinstance(value, int):
+        return value
+    labels = set(value.split(",")) if value else set()
+    return sum(1 << i for i, m in enumerate(t.members) if m in labels)
+
+
+def from_text(text: str | None, t: SqlType, timestamp_zone: str | None = None) -> Any:
+    """A value rendered as text by Canal/TiCDC (every value a string) → canonical value.
+
+    Binary values arrive as ISO-8859-1 characters, one per byte. TIMESTAMP text is in the producer's
+    zone: with ``timestamp_zone`` it becomes UTC text, otherwise it stays as given.
+    """
+    if text is None:
+        return None
+    family = t.family
+    try:
+        if family in (T.INTEGER, T.BIT, T.YEAR):
+            return int(text)
+        if family in (T.FLOAT, T.DOUBLE):
+            return float(text)
+        if family == T.DECIMAL:
+            return decimal_text(text, t.scale) if "e" in text or "E" in text else text
+        if family == T.BINARY:
+            return b64(text.encode("latin-1"))
+        if family == T.TIMESTAMP and timestamp_zone:
+            return local_timestamp_to_utc(text, timestamp_zone)
+        if family == T.ENUM:
+            return enum_value(int(text), t) if text.isdigit() else text
+        if family == T.SET:
+            return set_value(int(text), t) if text.isdigit() else text
+        if family == T.BOOLEAN:
+            return text.lower() in ("1", "true", "t")
+    except (ValueError, InvalidOperation, UnicodeEncodeError) as exc:
+        raise BadValue(f"value {text[:60]!r} does not fit type {type_name(t)}") from exc
+    return text
+
+
+def to_text(value: Any, t: SqlType, timestamp_zone: str | None = None) -> str | None:
+    """The inverse of :func:`from_text`, for encoders: canonical value → Canal/TiCDC text."""
+    if value is None:
+        return None
+    family = t.family
+    if family == T.BINARY:
+        return unb64(value).decode("latin-1")
+    if family == T.TIMESTAMP and timestamp_zone and isinstance(value, str) and value.endswith("Z"):
+        return utc_timestamp_to_local(value, timestamp_zone)
+    if family == T.ENUM:
+        return str(enum_index(value, t))
+    if family == T.SET:
+        return str(set_mask(value, t))
+    if family in (T.FLOAT, T.DOUBLE):
+        return java_float_text(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def java_float_text(value: float) -> str:
+    """Java's ``Double.toString``, as Canal writes FLOAT/DOUBLE: shortest round-trip digits, at least
+    one fraction digit, scientific notation outside [1e-3, 1e7)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    text = repr(float(value))
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return text
+    sign, digits, exponent = Decimal(text).normalize().as_tuple()
+    coeff = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{coeff[0]}.{coeff[1:] or '0'}E{len(coeff) - 1 + int(exponent)}"
+
+
+def type_name(t: SqlType) -> str:
+    return T.type_text(t)
