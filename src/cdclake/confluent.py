@@ -1,0 +1,387 @@
+"""Confluent wire framing and schema registries, shared by every Avro format.
+
+A Confluent-framed message is ``0x00`` (magic byte), a 4-byte big-endian schema ID, then one schemaless
+Avro datum written with that schema. The schema lives in a registry, found by ID:
+
+* :class:`HttpRegistry` — a Confluent-compatible REST registry (``http(s)://[user:password@]host[:port]``),
+  spoken through confluent-kafka's ``SchemaRegistryClient``; credentials in the URL become basic auth and
+  never appear in logs, reprs or error messages.
+* :class:`DirectoryRegistry` — offline: a folder of ``<id>.avsc`` files plus ``subjects.json`` (subject →
+  list of IDs, oldest first). Good for tests, replays and air-gapped debugging.
+* :class:`MemoryRegistry` — in-process, for tests and encoders.
+
+:func:`registry_from` picks one from a URL or a folder path. Every registry caches parsed schemas by ID,
+is picklable (Spark ships it to executors; HTTP clients are created lazily and not pickled), and reports
+an unknown schema ID as :class:`~cdclake.formats.base.DecodeError` — a failure of that record, not of the
+run. A registry that cannot be reached or refuses our credentials raises :class:`RegistryError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import fastavro
+
+from cdclake.formats.base import DecodeError
+
+MAGIC = 0
+HEADER_SIZE = 5
+_HEADER = struct.Struct(">bi")
+
+ParsedSchema = dict[str, Any] | list[Any] | str
+
+
+class RegistryError(RuntimeError):
+    """The registry itself failed (unreachable, refused our credentials, rejected a schema): not a problem
+    of one record, so it is not a :class:`DecodeError`."""
+
+
+def frame(schema_id: int, payload: bytes) -> bytes:
+    """``payload`` behind the 5-byte Confluent header naming ``schema_id``."""
+    return _HEADER.pack(MAGIC, schema_id) + payload
+
+
+def unframe(data: bytes) -> tuple[int, bytes]:
+    """The schema ID and the Avro payload of a framed message; :class:`DecodeError` when it is not one."""
+    schema_id = header_id(data)
+    return schema_id, bytes(data[HEADER_SIZE:])
+
+
+def header_id(data: bytes) -> int:
+    """The schema ID of a framed message without copying its payload."""
+    if data is None:
+        raise DecodeError("no data: a Confluent-framed Avro message was expected")
+    if len(data) < HEADER_SIZE:
+        raise DecodeError(f"message of {len(data)} byte(s) is shorter than the 5-byte Confluent header")
+    if data[0] != MAGIC:
+        raise DecodeError(f"first byte is 0x{data[0]:02x}, not the Confluent magic byte 0x00")
+    return _HEADER.unpack_from(data)[1]
+
+
+def parse(schema: dict[str, Any] | list[Any] | str) -> ParsedSchema:
+    """A fastavro-parsed schema. Each parse gets its own fresh name table (fastavro's default), so two
+    versions of one record name (a table before and after a DDL) never see each other's definitions."""
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    return fastavro.parse_schema(schema, named_schemas={})
+
+
+def canonical_text(schema: dict[str, Any] | list[Any] | str) -> str:
+    """Compact JSON with sorted keys: equal texts mean the same schema for registration."""
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@runtime_checkable
+class SchemaRegistry(Protocol):
+    """What the Avro formats need of a registry."""
+
+    def schema(self, schema_id: int) -> ParsedSchema:
+        """The parsed writer schema with this ID (cached); :class:`DecodeError` when the ID is unknown."""
+        ...
+
+    def raw_schema(self, schema_id: int) -> dict[str, Any]:
+        """The schema with this ID as its JSON object, with every custom attribute (cached)."""
+        ...
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        """Register ``schema`` under ``subject``; the ID (the same ID again for an identical schema)."""
+        ...
+
+
+class _CachingRegistry:
+    """Caches by ID and by (subject, schema); subclasses fetch and store."""
+
+    def __init__(self) -> None:
+        self._raw: dict[int, dict[str, Any]] = {}
+        self._parsed: dict[int, ParsedSchema] = {}
+        self._registered: dict[tuple[str, str], int] = {}
+
+    def schema(self, schema_id: int) -> ParsedSchema:
+        parsed = self._parsed.get(schema_id)
+        if parsed is None:
+            raw = self.raw_schema(schema_id)
+            try:
+                parsed = parse(raw)
+            except Exception as exc:
+                raise DecodeError(
+                    f"schema id {schema_id} in {self.describe()} is not a valid Avro schema: {exc}"
+                ) from exc
+            self._parsed[schema_id] = parsed
+        return parsed
+
+    def raw_schema(self, schema_id: int) -> dict[str, Any]:
+        raw = self._raw.get(schema_id)
+        if raw is None:
+            text = self._fetch(schema_id)
+            if text is None:
+                raise DecodeError(f"schema id {schema_id} is not in {self.describe()}")
+            try:
+                raw = json.loads(text)
+            except ValueError as exc:
+                raise DecodeError(f"schema id {schema_id} in {self.describe()} is not JSON: {exc}") from exc
+            self._raw[schema_id] = raw
+        return raw
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        text = canonical_text(schema)
+        cached = self._registered.get((subject, text))
+        if cached is not None:
+            return cached
+        schema_id = self._store(subject, text)
+        self._registered[(subject, text)] = schema_id
+        return schema_id
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def _fetch(self, schema_id: int) -> str | None:
+        """The schema text with this ID, or None when there is none."""
+        raise NotImplementedError
+
+    def _store(self, subject: str, text: str) -> int:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class MemoryRegistry(_CachingRegistry):
+    """A registry held in this process: IDs from 1 upwards; an identical schema gets its existing ID."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._texts: dict[int, str] = {}
+        self._ids: dict[str, int] = {}
+        self._subjects: dict[str, list[int]] = {}
+
+    def subjects(self) -> dict[str, list[int]]:
+        """Each subject's schema IDs, oldest first."""
+        return {subject: list(ids) for subject, ids in self._subjects.items()}
+
+    def describe(self) -> str:
+        return "memory registry"
+
+    def _fetch(self, schema_id: int) -> str | None:
+        return self._texts.get(schema_id)
+
+    def _store(self, subject: str, text: str) -> int:
+        schema_id = self._ids.get(text)
+        if schema_id is None:
+            schema_id = len(self._texts) + 1
+            self._texts[schema_id] = text
+            self._ids[text] = schema_id
+        versions = self._subjects.setdefault(subject, [])
+        if schema_id not in versions:
+            versions.append(schema_id)
+        return schema_id
+
+
+class DirectoryRegistry(_CachingRegistry):
+    """An offline registry: ``<id>.avsc`` files in one folder, and ``subjects.json`` mapping each subject
+    to its schema IDs (oldest first). :meth:`register` takes the next free ID under a file lock, so
+    concurrent writers on one machine do not collide."""
+
+    INDEX = "subjects.json"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path)
+
+    def describe(self) -> str:
+        return f"schema directory {self.path}"
+
+    def _fetch(self, schema_id: int) -> str | None:
+        if schema_id < 0:
+            return None
+        try:
+            return (self.path / f"{schema_id}.avsc").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RegistryError(f"cannot read schema id {schema_id} from {self.describe()}: {exc}") from exc
+
+    def subjects(self) -> dict[str, list[int]]:
+        """Each subject's schema IDs, oldest first."""
+        try:
+            return json.loads((self.path / self.INDEX).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+
+    def _ids(self) -> list[int]:
+        ids = []
+        for entry in self.path.glob("*.avsc"):
+            with contextlib.suppress(ValueError):
+                ids.append(int(entry.stem))
+        return ids
+
+    def _store(self, subject: str, text: str) -> int:
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            ids = self._ids()
+            schema_id = next((i for i in sorted(ids) if canonical_text(self._fetch(i) or "null") == text), None)
+            if schema_id is None:
+                schema_id = max(ids, default=0) + 1
+                _write_atomic(self.path / f"{schema_id}.avsc", text)
+            subjects = self.subjects()
+            versions = subjects.setdefault(subject, [])
+            if schema_id not in versions:
+                versions.append(schema_id)
+                _write_atomic(self.path / self.INDEX, json.dumps(subjects, indent=1, sort_keys=True))
+        return schema_id
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class HttpRegistry(_CachingRegistry):
+    """A Confluent-compatible REST registry. ``user:password@`` in the URL becomes basic auth; the URL is
+    kept and shown only without it."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 2) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"schema registry URL must be http(s)://host[:port][/path], not {redact(url)!r}")
+        self._auth: str | None = None
+        if parts.username is not None or parts.password is not None:
+            self._auth = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        netloc = host if parts.port is None else f"{host}:{parts.port}"
+        #: The URL without credentials: safe to print.
+        self.url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self.timeout = timeout
+        self.retries = retries
+        self._client: Any = None
+
+    def describe(self) -> str:
+        return f"schema registry {self.url}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    def _sr(self) -> Any:
+        if self._client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout, "max.retries": self.retries}
+            if self._auth is not None:
+                conf["basic.auth.user.info"] = self._auth
+            self._client = SchemaRegistryClient(conf)
+        return self._client
+
+    def _fetch(self, schema_id: int) -> str | None:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return self._sr().get_schema(schema_id).schema_str
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return None
+            raise RegistryError(self._explain(exc, f"fetching schema id {schema_id}")) from None
+        except Exception as exc:
+            raise RegistryError(self._explain(exc, f"fetching schema id {schema_id}")) from None
+
+    def _store(self, subject: str, text: str) -> int:
+        from confluent_kafka.schema_registry import Schema
+
+        try:
+            return int(self._sr().register_schema(subject, Schema(text, "AVRO")))
+        except Exception as exc:
+            raise RegistryError(self._explain(exc, f"registering a schema under subject {subject!r}")) from None
+
+    def _explain(self, exc: Exception, doing: str) -> str:
+        """An error text with no credential in it (exception texts may quote URLs or request data)."""
+        status = getattr(exc, "http_status_code", None)
+        if status in (401, 403):
+            what = f"refused our credentials (HTTP {status})" if self._auth else f"requires credentials (HTTP {status})"
+        elif status is not None:
+            message = getattr(exc, "error_message", "") or ""
+            what = f"answered HTTP {status}: {message}"
+        else:
+            what = f"could not be reached ({type(exc).__name__}: {exc})"
+        text = f"{self.describe()} {what} while {doing}"
+        if self._auth:
+            user, _, password = self._auth.partition(":")
+            for secret in (self._auth, quote(password, safe=""), password, quote(user, safe="") + ":"):
+                if secret and len(secret) > 1:
+                    text = text.replace(secret, "***")
+        return text
+
+
+def redact(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, "***@" + parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
+
+
+def registry_from(url_or_dir: str | os.PathLike[str]) -> SchemaRegistry:
+    """An :class:`HttpRegistry` for an ``http(s)://`` URL, a :class:`MemoryRegistry` for ``memory:``,
+    otherwise a :class:`DirectoryRegistry` on that folder (``file://`` prefix allowed)."""
+    text = os.fspath(url_or_dir)
+    lowered = text.lower()
+    if lowered.startswith(("http://", "https://")):
+        return HttpRegistry(text)
+    if lowered == "memory:":
+        return MemoryRegistry()
+    if lowered.startswith("file://"):
+        text = unquote(urlsplit(text).path)
+    if not text:
+        raise ValueError("no schema registry given: pass an http(s):// URL or a folder of <id>.avsc files")
+    return DirectoryRegistry(text)
+
+
+def read_datum(registry: SchemaRegistry, data: bytes) -> tuple[int, Any]:
+    """The schema ID and the datum of one framed message, decoded with its writer schema."""
+    schema_id = header_id(data)
+    return schema_id, read_payload(registry.schema(schema_id), data, schema_id)
+
+
+def read_payload(parsed: ParsedSchema, data: bytes, schema_id: int) -> Any:
+    """Decode the Avro datum after the header of ``data`` with ``parsed``; the whole payload must be used,
+    so a datum written with another schema is caught rather than half-read."""
+    stream = io.BytesIO(data)
+    stream.seek(HEADER_SIZE)
+    try:
+        datum = fastavro.schemaless_reader(stream, parsed, None)
+    except (EOFError, StopIteration, IndexError, struct.error) as exc:
+        raise DecodeError(f"Avro datum for schema id {schema_id} is truncated ({type(exc).__name__})") from None
+    except Exception as exc:
+        raise DecodeError(f"Avro datum for schema id {schema_id} is malformed: {type(exc).__name__}: {exc}") from None
+    if stream.tell() != len(data):
+        extra = len(data) - stream.tell()
+        raise DecodeError(f"Avro datum for schema id {schema_id} has {extra} trailing byte(s): wrong schema?")
+    return datum
+
+
+def write_datum(registry: SchemaRegistry, subject: str, schema: dict[str, Any], datum: Any) -> bytes:
+    """Register ``schema`` under ``subject`` and return ``datum`` written with it, framed."""
+    schema_id = registry.register(subject, schema)
+    stream = io.BytesIO()
+    stream.write(_HEADER.pack(MAGIC, schema_id))
+    fastavro.schemaless_writer(stream, registry.schema(schema_id), datum)
+    return stream.getvalue()

@@ -1,0 +1,309 @@
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import pickle
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdclake.confluent import (
+    DirectoryRegistry,
+    HttpRegistry,
+    MemoryRegistry,
+    RegistryError,
+    SchemaRegistry,
+    frame,
+    read_datum,
+    redact,
+    registry_from,
+    unframe,
+    write_datum,
+)
+from cdclake.formats.base import DecodeError
+
+SCHEMA = {
+    "type": "record",
+    "name": "t1",
+    "namespace": "default.test",
+    "fields": [
+        {"name": "id", "type": {"type": "int", "connect.parameters": {"tidb_type": "INT"}}},
+        {"default": None, "name": "name", "type": ["null", {"type": "string"}]},
+    ],
+}
+SCHEMA_2 = {**SCHEMA, "fields": [*SCHEMA["fields"], {"default": 0, "name": "extra", "type": "long"}]}
+
+
+class FakeRegistry:
+    """A Confluent-compatible schema registry on 127.0.0.1: the endpoints confluent-kafka's client calls,
+    optional basic auth, Confluent's error codes. It records every request for assertions."""
+
+    def __init__(self, auth: tuple[str, str] | None = None) -> None:
+        self.auth = auth
+        self.schemas: dict[int, str] = {}
+        self.subjects: dict[str, list[int]] = {}
+        self.requests: list[tuple[str, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorised(self) -> bool:
+                if outer.auth is None:
+                    return True
+                expected = "Basic " + base64.b64encode(":".join(outer.auth).encode()).decode()
+                if self.headers.get("Authorization") == expected:
+                    return True
+                self._reply(401, {"error_code": 40101, "message": "Unauthorized"})
+                return False
+
+            def do_GET(self) -> None:
+                outer.requests.append(("GET", self.path))
+                if not self._authorised():
+                    return
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
+                    text = outer.schemas.get(int(parts[2]))
+                    if text is None:
+                        self._reply(404, {"error_code": 40403, "message": "Schema not found"})
+                    else:
+                        self._reply(200, {"schema": text})
+                    return
+                self._reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+
+            def do_POST(self) -> None:
+                outer.requests.append(("POST", self.path))
+                if not self._authorised():
+                    return
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
+                    text = body["schema"]
+                    canonical = json.dumps(json.loads(text), sort_keys=True)
+                    found = [
+                        i for i, t in outer.schemas.items() if json.dumps(json.loads(t), sort_keys=True) == canonical
+                    ]
+                    schema_id = found[0] if found else len(outer.schemas) + 1
+                    outer.schemas[schema_id] = text
+                    outer.subjects.setdefault(parts[1], []).append(schema_id)
+                    self._reply(200, {"id": schema_id})
+                    return
+                self._reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def url(self, userinfo: str = "") -> str:
+        return f"http://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FakeRegistry:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeRegistry]:
+    with FakeRegistry() as fake:
+        yield fake
+
+
+@pytest.fixture
+def secured() -> Iterator[FakeRegistry]:
+    with FakeRegistry(auth=("alice", "s3cr:et")) as fake:
+        yield fake
+
+
+# --- framing ---------------------------------------------------------------------------------------
+
+
+def test_frame_layout_matches_spec():
+    # ticdc-avro.md §12: key of id=1 with key schema id 1 is 00 00000001 02
+    assert frame(1, b"\x02") == bytes.fromhex("000000000102")
+    assert frame(0x01020304, b"") == b"\x00\x01\x02\x03\x04"
+
+
+@given(st.integers(0, 2**31 - 1), st.binary(max_size=64))
+@settings(max_examples=200)
+def test_frame_unframe_round_trip(schema_id, payload):
+    assert unframe(frame(schema_id, payload)) == (schema_id, payload)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\x00\x00\x01"])
+def test_unframe_rejects_short_input(data):
+    with pytest.raises(DecodeError, match="shorter than the 5-byte Confluent header"):
+        unframe(data)
+
+
+def test_unframe_rejects_wrong_magic():
+    with pytest.raises(DecodeError, match="0x01, not the Confluent magic byte"):
+        unframe(b"\x01\x00\x00\x00\x01\x02")
+
+
+# --- registries ------------------------------------------------------------------------------------
+
+
+def _registries(tmp_path: Path, fake: FakeRegistry) -> list[SchemaRegistry]:
+    return [MemoryRegistry(), DirectoryRegistry(tmp_path / "schemas"), HttpRegistry(fake.url())]
+
+
+def test_every_registry_round_trips_and_reuses_ids(tmp_path, server):
+    for registry in _registries(tmp_path, server):
+        assert isinstance(registry, SchemaRegistry)
+        data = write_datum(registry, "test_t1-value", SCHEMA, {"id": 1, "name": "aa"})
+        schema_id, payload = unframe(data)
+        assert payload == bytes.fromhex("0202046161")
+        assert read_datum(registry, data) == (schema_id, {"id": 1, "name": "aa"})
+        # an identical schema gets the same id; a new version a new one
+        assert registry.register("test_t1-value", json.loads(json.dumps(SCHEMA))) == schema_id
+        assert registry.register("test_t1-value", SCHEMA_2) != schema_id
+        assert registry.raw_schema(schema_id)["fields"][0]["type"]["connect.parameters"] == {"tidb_type": "INT"}
+
+
+def test_unknown_schema_id_is_a_decode_error(tmp_path, server):
+    for registry in _registries(tmp_path, server):
+        registry.register("s", SCHEMA)
+        with pytest.raises(DecodeError, match="schema id 77 is not in"):
+            read_datum(registry, frame(77, b"\x02"))
+
+
+def test_truncated_and_trailing_datums_are_decode_errors():
+    registry = MemoryRegistry()
+    data = write_datum(registry, "s", SCHEMA, {"id": 1, "name": "aa"})
+    with pytest.raises(DecodeError, match="truncated"):
+        read_datum(registry, data[:-1])
+    with pytest.raises(DecodeError, match="truncated"):
+        read_datum(registry, data[:5])
+    with pytest.raises(DecodeError, match="1 trailing byte"):
+        read_datum(registry, data + b"\x00")
+
+
+def test_directory_registry_files_and_index(tmp_path):
+    registry = DirectoryRegistry(tmp_path)
+    first = registry.register("a-value", SCHEMA)
+    second = registry.register("b-value", SCHEMA_2)
+    again = registry.register("b-value", SCHEMA)
+    assert (first, second, again) == (1, 2, 1)
+    assert json.loads((tmp_path / "1.avsc").read_text()) == SCHEMA
+    assert json.loads((tmp_path / "subjects.json").read_text()) == {"a-value": [1], "b-value": [2, 1]}
+    # a fresh object over the same folder sees the same ids and continues numbering
+    other = DirectoryRegistry(tmp_path)
+    assert other.register("c-value", {**SCHEMA, "name": "t3"}) == 3
+    assert other.schema(2) is other.schema(2)  # cached
+
+
+def test_directory_registry_reads_hand_written_files(tmp_path):
+    (tmp_path / "42.avsc").write_text(json.dumps(SCHEMA))
+    (tmp_path / "43.avsc").write_text("{not json")
+    registry = registry_from(str(tmp_path))
+    assert read_datum(registry, frame(42, bytes.fromhex("0400"))) == (42, {"id": 2, "name": None})
+    with pytest.raises(DecodeError, match=r"schema id 43 .* is not JSON"):
+        registry.schema(43)
+
+
+def test_registry_from_picks_by_form(tmp_path):
+    assert isinstance(registry_from("http://127.0.0.1:8081"), HttpRegistry)
+    assert isinstance(registry_from("HTTPS://u:p@registry.example:8081/sr"), HttpRegistry)
+    assert isinstance(registry_from("memory:"), MemoryRegistry)
+    directory = registry_from(f"file://{tmp_path}")
+    assert isinstance(directory, DirectoryRegistry) and directory.path == tmp_path
+    assert isinstance(registry_from(tmp_path), DirectoryRegistry)
+    with pytest.raises(ValueError, match="no schema registry"):
+        registry_from("")
+
+
+def test_registries_are_picklable_with_caches(tmp_path, server):
+    for registry in _registries(tmp_path, server):
+        schema_id = registry.register("s", SCHEMA)
+        registry.schema(schema_id)
+        copy = pickle.loads(pickle.dumps(registry))
+        assert copy.schema(schema_id) == registry.schema(schema_id)
+
+
+# --- HTTP ------------------------------------------------------------------------------------------
+
+
+def test_http_registry_caches_and_calls_confluent_endpoints(server):
+    registry = HttpRegistry(server.url() + "/")
+    schema_id = registry.register("test_t1-value", SCHEMA)
+    assert server.requests == [("POST", "/subjects/test_t1-value/versions?normalize=False")]
+    fresh = HttpRegistry(server.url())
+    for _ in range(3):
+        assert fresh.schema(schema_id)["name"] == "default.test.t1"
+    assert server.requests[1:] == [("GET", f"/schemas/ids/{schema_id}")]
+
+
+def test_http_registry_client_is_lazy_and_not_pickled(server):
+    registry = HttpRegistry(server.url())
+    assert registry._client is None
+    registry.register("s", SCHEMA)
+    assert registry._client is not None
+    copy = pickle.loads(pickle.dumps(registry))
+    assert copy._client is None
+    assert copy.register("s2", SCHEMA_2) == 2
+
+
+def test_http_basic_auth_from_url(secured):
+    registry = HttpRegistry(secured.url("alice:s3cr%3Aet"))
+    assert registry.url == secured.url()
+    schema_id = registry.register("s", SCHEMA)
+    assert HttpRegistry(secured.url("alice:s3cr%3Aet")).schema(schema_id)["name"] == "default.test.t1"
+
+
+def test_http_auth_failure_names_no_credentials(secured, caplog):
+    caplog.set_level(logging.DEBUG)
+    secured.schemas[1] = json.dumps(SCHEMA)
+    registry = HttpRegistry(secured.url("alice:wrong-password"))
+    with pytest.raises(RegistryError) as info:
+        registry.schema(1)
+    text = str(info.value)
+    assert "refused our credentials (HTTP 401)" in text and secured.url() in text
+    assert "wrong-password" not in text and "alice" not in text
+    assert "wrong-password" not in repr(registry) and "wrong-password" not in caplog.text
+    with pytest.raises(RegistryError, match=r"requires credentials \(HTTP 401\)"):
+        HttpRegistry(secured.url()).register("s", SCHEMA)
+
+
+def test_http_unknown_id_is_a_decode_error(server):
+    registry = HttpRegistry(server.url())
+    with pytest.raises(DecodeError, match=f"schema id 9 is not in schema registry {server.url()}"):
+        read_datum(registry, frame(9, b"\x02"))
+
+
+def test_http_unreachable_registry_is_a_registry_error(server):
+    port = server.port
+    server.server.shutdown()
+    server.server.server_close()
+    registry = HttpRegistry(f"http://bob:hunter22@127.0.0.1:{port}", retries=0, timeout=2)
+    with pytest.raises(RegistryError, match="could not be reached") as info:
+        registry.schema(1)
+    assert "hunter22" not in str(info.value)
+
+
+def test_redact_and_bad_urls():
+    assert redact("https://u:p@h:1/x") == "https://***@h:1/x"
+    assert redact("http://h") == "http://h"
+    with pytest.raises(ValueError, match=r"\*\*\*@") as info:
+        HttpRegistry("ftp://u:pw@h")
+    assert "pw" not in str(info.value)
