@@ -16,7 +16,7 @@ import base64
 import binascii
 import datetime as dt
 import math
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,6 +25,8 @@ from cdclake import types as T
 from cdclake.types import SqlType
 
 EPOCH = dt.datetime(1970, 1, 1)
+# DECIMAL arithmetic must stay exact up to MySQL's 65 digits; the default context rounds at 28.
+DECIMAL_CONTEXT = Context(prec=200)
 EPOCH_DATE = dt.date(1970, 1, 1)
 UTC = dt.UTC
 
@@ -48,18 +50,18 @@ def decimal_text(value: Decimal | int | str, scale: int | None) -> str:
     """DECIMAL text with exactly ``scale`` fraction digits (plain notation, never an exponent)."""
     number = value if isinstance(value, Decimal) else Decimal(value)
     if scale is not None:
-        number = number.quantize(Decimal(1).scaleb(-scale))
+        number = number.quantize(Decimal(1).scaleb(-scale), context=DECIMAL_CONTEXT)
     return format(number, "f")
 
 
 def decimal_from_unscaled(unscaled: bytes, scale: int) -> str:
     """Kafka Connect / Avro decimal bytes: big-endian two's complement unscaled value."""
-    return decimal_text(Decimal(int.from_bytes(unscaled, "big", signed=True)).scaleb(-scale), scale)
+    return decimal_text(Decimal(int.from_bytes(unscaled, "big", signed=True)).scaleb(-scale, DECIMAL_CONTEXT), scale)
 
 
 def unscaled_bytes(text: str, scale: int) -> bytes:
     """The inverse of :func:`decimal_from_unscaled` (minimal length, as Kafka Connect writes it)."""
-    unscaled = int(Decimal(text).scaleb(scale))
+    unscaled = int(Decimal(text).scaleb(scale, DECIMAL_CONTEXT))
     length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
     return unscaled.to_bytes(length, "big", signed=True)
 
