@@ -70,6 +70,9 @@ class Format:
 
     name: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
+    # Exceptions that must stop the run instead of dead-lettering the record (e.g. a detected corruption
+    # under ``corruption-handling=error``); ``decode`` re-raises them.
+    fatal: ClassVar[tuple[type[Exception], ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         declared = {o.name: o for o in self.options}
@@ -87,6 +90,8 @@ class Format:
         for record in records:
             try:
                 events = self.decode_record(record)
+            except self.fatal:
+                raise
             except Exception as exc:
                 out.failures.append(Failure(record, self.name, reason(exc)))
                 continue
