@@ -103,5 +103,61 @@ def list_formats() -> None:
             typer.echo(f"  {opt.name}={opt.default!r}{choices}  {opt.help}")
 
 
+@app.command()
+def run(
+    pipeline_file: Annotated[Path | None, typer.Argument(help="PIPELINE.toml (instead of the flags).")] = None,
+    format_name: Annotated[str | None, typer.Option("--format", "-f", help="Wire format of the input.")] = None,
+    input_dir: Annotated[Path | None, typer.Option("--input", help="Directory (or file) of captured records.")] = None,
+    lake: Annotated[Path | None, typer.Option(help="Lake root directory.")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint directory (default: under the lake).")] = None,
+    option: OptionPairs = None,
+    follow: Annotated[bool, typer.Option(help="Keep watching the input for new records.")] = False,
+    max_records_per_batch: Annotated[int, typer.Option(help="At most this many records per batch (0: all).")] = 0,
+    name: Annotated[str, typer.Option(help="Pipeline id (names checkpoints and commit markers).")] = "default",
+) -> None:
+    """Apply change records to Delta tables: every batch exactly once, with progress and a summary."""
+    from cdclake import config as C
+
+    try:
+        if pipeline_file is not None:
+            cfg = C.load(str(pipeline_file))
+        else:
+            if not (format_name and input_dir and lake):
+                raise ValueError("give PIPELINE.toml, or --format, --input and --lake")
+            fmt_cls = formats.get(format_name)
+            source = C.SourceConfig(format=format_name, input=str(input_dir),
+                                    options=parse_options(fmt_cls, option or []),
+                                    max_records_per_batch=max_records_per_batch)
+            cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
+                                   checkpoint=str(checkpoint) if checkpoint else None)
+        cfg.validate()
+    except (ValueError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    from cdclake.pipeline import run as run_pipeline
+
+    def show(report) -> None:  # noqa: ANN001 - a BatchReport; imported lazily with Spark
+        stopped = f" STOPPED {report.stopped}" if report.stopped else ""
+        typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
+                   f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
+                   f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{stopped}",
+                   err=True)
+
+    summary = run_pipeline(cfg, progress=show)
+    typer.echo(f"done: {len(summary.batches)} batches, {summary.total('records')} records, "
+               f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
+               f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
+               f"{summary.total('dead_letters')} dead letters, {summary.total('skipped')} skipped", err=True)
+
+
+@app.command()
+def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
+    """Per table: rows, last applied commit_ts/position, last batch time; dead letters by reason."""
+    from cdclake import status as S
+
+    if not lake.is_dir():
+        raise _fail(f"{lake}: no such lake directory")
+    typer.echo(S.render(S.collect(str(lake))))
+
+
 def main() -> None:
     app()

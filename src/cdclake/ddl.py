@@ -1,0 +1,160 @@
+"""The DDL statements the lake follows, parsed from MySQL/TiDB statement text.
+
+Only what changes a lake table's shape or contents matters: ADD / DROP / MODIFY / CHANGE COLUMN,
+TRUNCATE, DROP TABLE, RENAME TABLE. Index, constraint, partition, comment and option changes leave the
+lake unchanged. Anything else that alters a table is reported as unsupported, so the pipeline can stop
+that table with a clear message instead of guessing.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+
+class AddColumn(msgspec.Struct, frozen=True):
+    name: str
+    type: str
+
+
+class DropColumn(msgspec.Struct, frozen=True):
+    name: str
+
+
+class ModifyColumn(msgspec.Struct, frozen=True):
+    name: str
+    type: str
+    new_name: str | None = None
+
+
+class Truncate(msgspec.Struct, frozen=True):
+    pass
+
+
+class DropTable(msgspec.Struct, frozen=True):
+    pass
+
+
+class RenameTable(msgspec.Struct, frozen=True):
+    database: str | None
+    table: str
+
+
+class Unsupported(msgspec.Struct, frozen=True):
+    reason: str
+
+
+Action = AddColumn | DropColumn | ModifyColumn | Truncate | DropTable | RenameTable | Unsupported
+
+_IDENT = r"(?:`(?:[^`]|``)+`|\"[^\"]+\"|[\w$]+)"
+_QUALIFIED = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
+_IGNORED_ALTER = re.compile(
+    r"^(ADD\s+(UNIQUE|INDEX|KEY|PRIMARY|CONSTRAINT|FULLTEXT|SPATIAL|FOREIGN|PARTITION)|DROP\s+(INDEX|KEY|PRIMARY|"
+    r"FOREIGN|CONSTRAINT|PARTITION|CHECK)|RENAME\s+(INDEX|KEY)|ALTER\s+(INDEX|CHECK|CONSTRAINT)|COMMENT|"
+    r"ENGINE|AUTO_INCREMENT|(DEFAULT\s+)?(CHARSET|CHARACTER\s+SET|COLLATE)|CONVERT\s+TO|ROW_FORMAT|"
+    r"TRUNCATE\s+PARTITION|REORGANIZE|COALESCE|PARTITION\s+BY|REMOVE\s+PARTITIONING|SHARD_ROW_ID_BITS|"
+    r"ALGORITHM|LOCK|FORCE|ORDER\s+BY|CACHE|NOCACHE|SET\s+TIFLASH|ATTRIBUTES|STATS_)", re.IGNORECASE)
+_COLUMN_TYPE_END = re.compile(
+    r"\s+(NOT\s+NULL|NULL|DEFAULT|AUTO_INCREMENT|COMMENT|PRIMARY|UNIQUE|KEY|COLLATE|CHARACTER\s+SET|CHARSET|"
+    r"GENERATED|AS\s*\(|ON\s+UPDATE|FIRST|AFTER|CHECK|REFERENCES|INVISIBLE|VISIBLE|STORAGE|COLUMN_FORMAT|"
+    r"SRID)\b.*$", re.IGNORECASE | re.DOTALL)
+
+
+def unquote(identifier: str) -> str:
+    identifier = identifier.strip()
+    if identifier[:1] == "`" and identifier[-1:] == "`":
+        return identifier[1:-1].replace("``", "`")
+    if identifier[:1] == '"' and identifier[-1:] == '"':
+        return identifier[1:-1]
+    return identifier
+
+
+def split_qualified(name: str) -> tuple[str | None, str]:
+    parts = re.findall(_IDENT, name)
+    if len(parts) >= 2:
+        return unquote(parts[0]), unquote(parts[1])
+    return None, unquote(parts[0])
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside parentheses and quotes (``decimal(10,2)``, ``enum('a,b')``)."""
+    parts, depth, quote, current = [], 0, "", []
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+def _column_type(definition: str) -> str:
+    return _COLUMN_TYPE_END.sub("", definition.strip()).strip()
+
+
+def _strip_comments(sql: str) -> str:
+    sql = re.sub(r"/\*.*?\*/", " ", sql, flags=re.DOTALL)
+    return re.sub(r"(--|#)[^\n]*", " ", sql).strip().rstrip(";").strip()
+
+
+def parse(sql: str) -> list[Action]:
+    """The lake actions of one DDL statement (``[]`` when it does not concern table contents)."""
+    text = _strip_comments(sql)
+    head = text.upper()
+    if re.match(r"^TRUNCATE\b", head):
+        return [Truncate()]
+    if re.match(r"^DROP\s+TABLE\b", head):
+        return [DropTable()]
+    match = re.match(rf"^RENAME\s+TABLE\s+{_QUALIFIED}\s+TO\s+({_QUALIFIED})", text, re.IGNORECASE)
+    if match:
+        return [RenameTable(*split_qualified(match.group(1)))]
+    match = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+{_QUALIFIED}\s+(.*)$", text,
+                     re.IGNORECASE | re.DOTALL)
+    if not match:
+        return []  # CREATE TABLE/DATABASE, views, indexes, grants: nothing for existing lake rows
+    actions: list[Action] = []
+    for spec in _split_top_level(match.group(1)):
+        actions.extend(_alter_spec(spec))
+    return actions
+
+
+def _alter_spec(spec: str) -> list[Action]:
+    if _IGNORED_ALTER.match(spec):
+        return []
+    match = re.match(r"^ADD\s+(?:COLUMN\s+)?\((.*)\)$", spec, re.IGNORECASE | re.DOTALL)
+    if match:
+        return [a for part in _split_top_level(match.group(1)) for a in _alter_spec("ADD COLUMN " + part)]
+    match = re.match(rf"^ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s+(.+)$", spec,
+                     re.IGNORECASE | re.DOTALL)
+    if match:
+        return [AddColumn(unquote(match.group(1)), _column_type(match.group(2)))]
+    match = re.match(rf"^DROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?({_IDENT})$", spec, re.IGNORECASE)
+    if match:
+        return [DropColumn(unquote(match.group(1)))]
+    match = re.match(rf"^MODIFY\s+(?:COLUMN\s+)?({_IDENT})\s+(.+)$", spec, re.IGNORECASE | re.DOTALL)
+    if match:
+        return [ModifyColumn(unquote(match.group(1)), _column_type(match.group(2)))]
+    match = re.match(rf"^CHANGE\s+(?:COLUMN\s+)?({_IDENT})\s+({_IDENT})\s+(.+)$", spec, re.IGNORECASE | re.DOTALL)
+    if match:
+        old, new = unquote(match.group(1)), unquote(match.group(2))
+        return [ModifyColumn(old, _column_type(match.group(3)), None if new == old else new)]
+    match = re.match(rf"^RENAME\s+(?:TO|AS)?\s*({_QUALIFIED})$", spec, re.IGNORECASE)
+    if match:
+        return [RenameTable(*split_qualified(match.group(1)))]
+    match = re.match(rf"^RENAME\s+COLUMN\s+({_IDENT})\s+TO\s+({_IDENT})$", spec, re.IGNORECASE)
+    if match:
+        return [Unsupported(f"RENAME COLUMN {unquote(match.group(1))} is not applied to lake tables")]
+    if re.match(r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT", spec, re.IGNORECASE):
+        return []
+    return [Unsupported(f"unsupported ALTER TABLE clause: {spec[:80]}")]

@@ -1,0 +1,246 @@
+"""A pipeline: sources → decode → plan → Delta sink, as Structured Streaming queries with ``foreachBatch``.
+
+Batch and streaming use the same path: without ``follow`` a query stops once it has caught up with
+the input it saw at start; with ``follow`` it keeps watching. Each micro-batch is applied exactly once:
+Spark's checkpoint says which records a batch covers, and every Delta commit carries the batch's
+app-transaction marker, so a batch replayed after a crash skips what it had already committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdclake import ddl as DDL
+from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
+from cdclake.sources import files
+from cdclake.spark import changelog as CL
+from cdclake.spark import planner
+from cdclake.spark.lake_types import lake_type
+from cdclake.spark.session import get_session
+from cdclake.spark.sources import register
+from cdclake.types import parse_type
+
+
+@dataclass
+class BatchReport:
+    source: str
+    batch: int
+    records: int = 0
+    events: int = 0
+    failed: int = 0
+    skipped: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+    stopped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    batches: list[BatchReport] = field(default_factory=list)
+
+    def total(self, name: str) -> int:
+        return sum(getattr(b, name) for b in self.batches)
+
+
+Progress = Callable[[BatchReport], None]
+
+
+def _spark_type(type_text: str) -> pa.DataType:
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import _parse_datatype_string
+
+    return to_arrow_type(_parse_datatype_string(lake_type(parse_type(type_text))))
+
+
+class BatchApplier:
+    """Applies one micro-batch of records of one source: the body of ``foreachBatch``."""
+
+    def __init__(self, spark: SparkSession, source: SourceConfig, sink: DeltaSink, base_version: int,
+                 progress: Progress | None) -> None:
+        self.spark, self.source, self.sink = spark, source, sink
+        self.base_version = base_version
+        self.progress = progress
+        self.stopped: dict[str, str] = {}
+        self.summary = RunSummary()
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        batch = self.base_version + batch_id
+        report = BatchReport(self.source.name, batch)
+        records = records.persist()
+        log = CL.decode(records, self.source.format, self.source.options).persist()
+        try:
+            plan = planner.plan(log)
+            counts = plan.counts
+            report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
+                                                           counts.get("skipped", 0))
+            report.records = records.count()
+            step = 0
+            stopped_now: dict[tuple[str, str], str] = {}
+            tombstones: list[pa.Table] = []
+            for name in plan.table_order:
+                label = f"{name[0]}.{name[1]}"
+                if label in self.stopped:
+                    stopped_now[name] = self.stopped[label]
+                    continue
+                try:
+                    for s in plan.tables[name]:
+                        step += 1
+                        version = batch * STEPS_PER_BATCH + step
+                        self._apply_step(name, s, version, report, tombstones)
+                except TableStopped as exc:
+                    stopped_now[name] = str(exc)
+                    self.stopped[label] = str(exc)
+            if tombstones:
+                self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
+            dead = plan.dead_letters
+            if stopped_now:
+                dead = dead.unionByName(self._stopped_records(records, log, stopped_now))
+            report.dead_letters = self.sink.write_dead_letters(
+                dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
+            report.stopped = {f"{d}.{t}": why for (d, t), why in stopped_now.items()}
+            report.seconds = time.monotonic() - started
+            self.sink.record_progress({
+                "batch": batch, "records": report.records, "events": report.events, "failed": report.failed,
+                "skipped": report.skipped, "inserted": report.inserted, "updated": report.updated,
+                "deleted": report.deleted, "duration_s": report.seconds,
+                "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
+                           for (d, t), seq in plan.last_seq.items()},
+                "offsets": _max_offsets(records),
+            }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
+        finally:
+            log.unpersist()
+            records.unpersist()
+        self.summary.batches.append(report)
+        if self.progress:
+            self.progress(report)
+
+    def _apply_step(self, name: tuple[str, str], step: planner.Step, version: int, report: BatchReport,
+                    tombstones: list[pa.Table]) -> None:
+        database, table = name
+        if isinstance(step, planner.RowStep):
+            changes = step.changes.toArrow()
+            merged = self.sink.apply_rows(database, table, changes, version)
+            report.inserted += merged["inserted"]
+            report.updated += merged["updated"]
+            report.deleted += merged["deleted"]
+            deletes = changes.filter(pa.compute.equal(changes["_cdc_op"], "d"))
+            if deletes.num_rows:
+                now = pa.array([int(time.time() * 1_000_000)] * deletes.num_rows, pa.int64())
+                tombstones.append(pa.table({
+                    "database": [database] * deletes.num_rows, "table": [table] * deletes.num_rows,
+                    "_cdc_key": deletes["_cdc_key"], "_cdc_seq": deletes["_cdc_seq"],
+                    "deleted_at": now.cast(pa.timestamp("us", tz="UTC")),
+                }))
+            return
+        for action in step.actions:
+            column_type = None
+            if isinstance(action, DDL.AddColumn | DDL.ModifyColumn):
+                column_type = _spark_type(action.type)
+            self.sink.apply_ddl(database, table, action, version, column_type)
+
+    def _stopped_records(self, records: DataFrame, log: DataFrame,
+                         stopped: dict[tuple[str, str], str]) -> DataFrame:
+        """The raw records behind a stopped table's events, as dead letters with the reason."""
+        reason = F.lit(None).cast("string")
+        for (database, table), why in stopped.items():
+            reason = F.when((F.col("database") == database) & (F.col("table") == table),
+                            F.lit(f"table {database}.{table} stopped: {why}")).otherwise(reason)
+        coords = (log.filter(F.col("status") == "event").withColumn("reason", reason)
+                  .filter(F.col("reason").isNotNull())
+                  .groupBy("topic", "partition", "offset").agg(F.first("reason").alias("reason")))
+        return (records.join(coords, ["topic", "partition", "offset"])
+                .select("topic", "partition", "offset", "key", "value", F.lit(self.source.format).alias("format"),
+                        "reason"))
+
+
+def _max_offsets(records: DataFrame) -> dict[str, int]:
+    rows = records.groupBy("topic", "partition").agg(F.max("offset").alias("offset")).collect()
+    return {f"{r['topic']}:{r['partition']}": r["offset"] for r in rows}
+
+
+def _base_version(checkpoint: str, sink: DeltaSink) -> int:
+    """Batch ids restart at 0 with a new checkpoint; lake versions must only grow, so a new checkpoint
+    starts after the last batch the lake has seen."""
+    marker = os.path.join(checkpoint, "cdclake.json")
+    if os.path.exists(marker):
+        with open(marker) as handle:
+            return int(json.load(handle)["base_version"])
+    last = sink.last_batch()
+    base = 0 if last is None else last + 1
+    os.makedirs(checkpoint, exist_ok=True)
+    with open(marker, "w") as handle:
+        json.dump({"base_version": base}, handle)
+    return base
+
+
+def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
+    """Run every source of the pipeline until caught up (or forever with ``follow``)."""
+    spark = spark or get_session(config.spark_master, config.spark_remote, config.spark_conf)
+    register(spark)
+    summary = RunSummary()
+    for source in config.sources:
+        sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,
+                         config.tombstone_retention_hours)
+        checkpoint = os.path.join(config.checkpoint_dir(), source.name)
+        applier = BatchApplier(spark, source, sink, _base_version(checkpoint, sink), progress)
+        _run_query(spark, source, config, checkpoint, applier)
+        summary.batches.extend(applier.summary.batches)
+        sink.expire_tombstones()
+    return summary
+
+
+def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,
+               applier: BatchApplier) -> None:
+    if source.input is None:
+        raise ValueError(f"source {source.name}: no input (Kafka sources arrive with the Kafka issue)")
+    reader = (spark.readStream.format("cdclake-files").option("path", source.input)
+              .option("maxRecordsPerBatch", str(source.max_records_per_batch or 0))
+              .option("follow", "true" if config.follow else "false"))
+    target = None
+    if not config.follow:
+        counter = files.LineCounter(complete_only=False)
+        target, _ = files.plan_range(files.list_files(source.input), counter, {"file": "", "line": 0}, None)
+    query = (reader.load().writeStream.foreachBatch(applier)
+             .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+             .trigger(processingTime=f"{config.poll_seconds} seconds" if config.follow else "0 seconds")
+             .queryName(f"cdclake-{config.name}-{source.name}")
+             .start())
+    try:
+        while query.isActive:
+            if query.awaitTermination(0.5):
+                break
+            if target is not None and _caught_up(query, target):
+                break
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"source {source.name} failed: {query.exception()}")
+
+
+def _caught_up(query: Any, target: dict[str, Any]) -> bool:
+    status = query.status
+    if status.get("isTriggerActive"):
+        return False
+    progress = query.lastProgress
+    if not progress:
+        return not status.get("isDataAvailable") and "Waiting for data" in status.get("message", "")
+    end = progress["sources"][0].get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    reached = end is not None and (end["file"], end["line"]) >= (target["file"], target["line"])
+    return reached or (not status.get("isDataAvailable") and "Waiting for data" in status.get("message", ""))

@@ -1,0 +1,307 @@
+"""Delta tables written with delta-rs (``deltalake``), exactly once.
+
+Lake layout (a contract):
+
+- ``<lake>/<database>/<table>``: the current state of each source table — typed columns plus the
+  bookkeeping columns ``_cdc_key`` (the row's key as canonical JSON), ``_cdc_seq`` (the source sequence
+  of the change that wrote it), ``_cdc_commit_ts``, ``_cdc_position``, ``_cdc_ts_ms``.
+- ``<lake>/_cdclake/dead_letters``: every record that could not be applied, with raw key/value, Kafka
+  coordinates, format and reason.
+- ``<lake>/_cdclake/tombstones``: the keys deleted recently and the sequence of their delete, so that a
+  late, older insert or update cannot bring a row back; kept for ``tombstone_retention_hours``.
+- ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table).
+
+Every commit carries a Delta app-transaction marker (app id ``cdclake:<pipeline>``, version = batch
+version × 1000 + step), so a batch replayed after a crash skips the steps it had already committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from cdclake import ddl as DDL
+
+STEPS_PER_BATCH = 1000
+BOOKKEEPING = pa.schema([
+    ("_cdc_key", pa.string()), ("_cdc_seq", pa.string()), ("_cdc_commit_ts", pa.int64()),
+    ("_cdc_position", pa.string()), ("_cdc_ts_ms", pa.int64()),
+])
+DEAD_LETTERS = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
+    ("value", pa.binary()), ("format", pa.string()), ("reason", pa.string()), ("pipeline", pa.string()),
+    ("batch", pa.int64()), ("recorded_at", pa.timestamp("us", tz="UTC")),
+])
+TOMBSTONES = pa.schema([
+    ("database", pa.string()), ("table", pa.string()), ("_cdc_key", pa.string()), ("_cdc_seq", pa.string()),
+    ("deleted_at", pa.timestamp("us", tz="UTC")),
+])
+PROGRESS = pa.schema([
+    ("pipeline", pa.string()), ("batch", pa.int64()), ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("records", pa.int64()), ("events", pa.int64()), ("failed", pa.int64()), ("skipped", pa.int64()),
+    ("inserted", pa.int64()), ("updated", pa.int64()), ("deleted", pa.int64()),
+    ("tables", pa.string()), ("offsets", pa.string()), ("duration_s", pa.float64()),
+])
+
+
+class TableStopped(Exception):
+    """A change that cannot be applied safely; the pipeline stops this table and keeps the others."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class DeltaSink:
+    def __init__(self, lake: str, pipeline: str, storage_options: dict[str, str] | None = None,
+                 tombstone_retention_hours: float = 168.0) -> None:
+        self.lake = lake.rstrip("/")
+        self.pipeline = pipeline
+        self.app_id = f"cdclake:{pipeline}"
+        self.storage_options = storage_options
+        self.tombstone_retention = dt.timedelta(hours=tombstone_retention_hours)
+
+    # -- locations -------------------------------------------------------------------------------
+    def table_uri(self, database: str, table: str) -> str:
+        return f"{self.lake}/{database or '_'}/{table}"
+
+    def internal_uri(self, name: str) -> str:
+        return f"{self.lake}/_cdclake/{name}"
+
+    def _open(self, uri: str) -> DeltaTable | None:
+        try:
+            return DeltaTable(uri, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
+
+    # -- exactly once ------------------------------------------------------------------------------
+    def _commit(self, version: int) -> CommitProperties:
+        return CommitProperties(app_transactions=[Transaction(self.app_id, version)])
+
+    def done(self, uri: str, version: int) -> bool:
+        """Whether the step with this version was already committed to the table at ``uri``."""
+        table = self._open(uri)
+        if table is None:
+            return False
+        committed = table.transaction_version(self.app_id)
+        return committed is not None and committed >= version
+
+    def last_batch(self) -> int | None:
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return None
+        committed = table.transaction_version(self.app_id)
+        return None if committed is None else committed // STEPS_PER_BATCH
+
+    # -- rows ------------------------------------------------------------------------------------------
+    def apply_rows(self, database: str, table: str, changes: pa.Table, version: int) -> dict[str, int]:
+        """MERGE one table's net changes: a change applies only when its sequence is newer than the
+        row's, and never over a newer delete (tombstone)."""
+        uri = self.table_uri(database, table)
+        if changes.num_rows == 0 or self.done(uri, version):
+            return {"inserted": 0, "updated": 0, "deleted": 0}
+        changes = self._drop_buried(database, table, changes)
+        data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
+        target = self._ensure_table(uri, changes.select(data_columns).schema)
+        metrics = (
+            target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
+                         commit_properties=self._commit(version), merge_schema=False)
+            .when_matched_update(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
+                                 predicate="s._cdc_op <> 'd' AND s._cdc_seq > t._cdc_seq")
+            .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_seq > t._cdc_seq")
+            .when_not_matched_insert(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
+                                     predicate="s._cdc_op <> 'd'")
+            .execute()
+        )
+        return {"inserted": metrics.get("num_target_rows_inserted", 0),
+                "updated": metrics.get("num_target_rows_updated", 0),
+                "deleted": metrics.get("num_target_rows_deleted", 0)}
+
+    def _ensure_table(self, uri: str, schema: pa.Schema) -> DeltaTable:
+        table = self._open(uri)
+        if table is None:
+            write_deltalake(uri, schema.empty_table(), mode="append", storage_options=self.storage_options,
+                            configuration={"delta.enableChangeDataFeed": "false"})
+            return DeltaTable(uri, storage_options=self.storage_options)
+        existing = pa.schema(table.schema().to_arrow())
+        missing = [f for f in schema if f.name not in existing.names]
+        if missing:
+            table.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
+            table = DeltaTable(uri, storage_options=self.storage_options)
+        for field in schema:
+            if field.name in existing.names and not _same_type(existing.field(field.name).type, field.type):
+                self._widen(uri, field.name, field.type)
+                table = DeltaTable(uri, storage_options=self.storage_options)
+        return table
+
+    def _widen(self, uri: str, column: str, new_type: pa.DataType, version: int | None = None) -> None:
+        table = DeltaTable(uri, storage_options=self.storage_options)
+        data = table.to_pyarrow_table()
+        old_type = data.schema.field(column).type
+        if not widens(old_type, new_type):
+            raise TableStopped(f"column {column} cannot change from {old_type} to {new_type} without loss")
+        index = data.schema.get_field_index(column)
+        data = data.set_column(index, pa.field(column, new_type), pc.cast(data[column], new_type))
+        write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite",
+                        storage_options=self.storage_options,
+                        commit_properties=None if version is None else self._commit(version))
+
+    def _drop_buried(self, database: str, table: str, changes: pa.Table) -> pa.Table:
+        """Changes older than a tombstone of their key are history already: drop them."""
+        tombs = self._open(self.internal_uri("tombstones"))
+        if tombs is None:
+            return changes
+        ds = tombs.to_pyarrow_dataset()
+        buried = ds.to_table(filter=(pc.field("database") == database) & (pc.field("table") == table),
+                             columns=["_cdc_key", "_cdc_seq"])
+        if buried.num_rows == 0:
+            return changes
+        joined = changes.join(buried.rename_columns(["_cdc_key", "_tomb_seq"]), "_cdc_key", join_type="left outer")
+        keep = pc.or_kleene(pc.is_null(joined["_tomb_seq"]), pc.greater(joined["_cdc_seq"], joined["_tomb_seq"]))
+        return joined.filter(pc.fill_null(keep, True)).drop_columns(["_tomb_seq"]).select(changes.column_names)
+
+    def record_tombstones(self, tombstones: pa.Table, version: int) -> None:
+        """Upsert the batch's deletes; forget tombstones older than the retention horizon."""
+        uri = self.internal_uri("tombstones")
+        if tombstones.num_rows == 0 or self.done(uri, version):
+            return
+        table = self._ensure_table(uri, TOMBSTONES)
+        (table.merge(tombstones, predicate="t.database = s.database AND t.\"table\" = s.\"table\" AND "
+                                           "t._cdc_key = s._cdc_key",
+                     source_alias="s", target_alias="t", commit_properties=self._commit(version))
+         .when_matched_update_all(predicate="s._cdc_seq > t._cdc_seq")
+         .when_not_matched_insert_all().execute())
+
+    def expire_tombstones(self) -> int:
+        table = self._open(self.internal_uri("tombstones"))
+        if table is None:
+            return 0
+        horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S")
+        return table.delete(f"deleted_at < '{horizon}'").get("num_deleted_rows", 0)
+
+    # -- DDL ----------------------------------------------------------------------------------------------
+    def apply_ddl(self, database: str, table: str, action: DDL.Action, version: int,
+                  lake_type: Any = None) -> str:
+        """Apply one DDL action; returns what was done, for the progress log."""
+        uri = self.table_uri(database, table)
+        if self.done(uri, version):
+            return "already applied"
+        current = self._open(uri)
+        if isinstance(action, DDL.Unsupported):
+            raise TableStopped(action.reason)
+        if current is None:
+            return "no lake table yet"
+        if isinstance(action, DDL.Truncate):
+            current.delete(commit_properties=self._commit(version))
+            return "truncated"
+        if isinstance(action, DDL.DropTable):
+            shutil.rmtree(uri, ignore_errors=True) if "://" not in uri else current.delete()
+            return "dropped"
+        if isinstance(action, DDL.RenameTable):
+            target = self.table_uri(action.database or database, action.table)
+            if "://" in uri:
+                raise TableStopped("RENAME TABLE is applied only to lakes on a local file system")
+            if os.path.exists(target):
+                raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(uri, target)
+            return f"renamed to {action.database or database}.{action.table}"
+        if isinstance(action, DDL.AddColumn):
+            existing = pa.schema(current.schema().to_arrow())
+            if action.name in existing.names:
+                return "column exists"
+            field = pa.field(action.name, lake_type, nullable=True)
+            current.alter.add_columns([Field.from_arrow(field)], commit_properties=self._commit(version))
+            return f"added column {action.name}"
+        if isinstance(action, DDL.DropColumn):
+            data = current.to_pyarrow_table()
+            if action.name not in data.column_names:
+                return "no such column"
+            write_deltalake(uri, data.drop_columns([action.name]), mode="overwrite", schema_mode="overwrite",
+                            storage_options=self.storage_options, commit_properties=self._commit(version))
+            return f"dropped column {action.name}"
+        if isinstance(action, DDL.ModifyColumn):
+            if action.new_name:
+                raise TableStopped(f"CHANGE COLUMN renaming {action.name} is not applied to lake tables")
+            existing = pa.schema(current.schema().to_arrow())
+            if action.name not in existing.names or _same_type(existing.field(action.name).type, lake_type):
+                return "unchanged"
+            self._widen(uri, action.name, lake_type, version)
+            return f"modified column {action.name}"
+        raise TableStopped(f"unknown DDL action {action!r}")
+
+    # -- dead letters and progress ----------------------------------------------------------------------
+    def write_dead_letters(self, rows: pa.Table, batch: int, version: int) -> int:
+        uri = self.internal_uri("dead_letters")
+        if rows.num_rows == 0 or self.done(uri, version):
+            return 0
+        rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
+        rows = rows.append_column("batch", pa.array([batch] * rows.num_rows, pa.int64()))
+        rows = rows.append_column("recorded_at", pa.array([_now()] * rows.num_rows, pa.timestamp("us", tz="UTC")))
+        write_deltalake(uri, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS), mode="append",
+                        storage_options=self.storage_options, commit_properties=self._commit(version))
+        return rows.num_rows
+
+    def record_progress(self, progress: dict[str, Any], version: int) -> None:
+        uri = self.internal_uri("progress")
+        if self.done(uri, version):
+            return
+        row = {name: [progress.get(name)] for name in PROGRESS.names}
+        row["pipeline"] = [self.pipeline]
+        row["finished_at"] = [_now()]
+        for name in ("tables", "offsets"):
+            row[name] = [json.dumps(progress.get(name) or {})]
+        write_deltalake(uri, pa.Table.from_pydict(row, schema=PROGRESS), mode="append",
+                        storage_options=self.storage_options, commit_properties=self._commit(version))
+
+    def tables(self) -> list[tuple[str, str]]:
+        """The source tables present in the lake."""
+        found = []
+        if "://" in self.lake or not os.path.isdir(self.lake):
+            return found
+        for database in sorted(os.listdir(self.lake)):
+            if database.startswith(("_", ".")):
+                continue
+            for table in sorted(os.listdir(os.path.join(self.lake, database))):
+                if os.path.isdir(os.path.join(self.lake, database, table, "_delta_log")):
+                    found.append((database, table))
+        return found
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    return a == b or (pa.types.is_string(a) and pa.types.is_large_string(b)) or (
+        pa.types.is_large_string(a) and pa.types.is_string(b)) or (
+        pa.types.is_binary(a) and pa.types.is_large_binary(b)) or (
+        pa.types.is_large_binary(a) and pa.types.is_binary(b))
+
+
+_INT_ORDER: Sequence[pa.DataType] = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly representable in ``new``."""
+    if pa.types.is_string(new) or pa.types.is_large_string(new):
+        return True
+    if old in _INT_ORDER and new in _INT_ORDER:
+        return _INT_ORDER.index(old) <= _INT_ORDER.index(new)
+    if old in _INT_ORDER and pa.types.is_decimal(new):
+        digits = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 19}[old]
+        return new.precision - new.scale >= digits
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if pa.types.is_float32(old) and pa.types.is_float64(new):
+        return True
+    return pa.types.is_date32(old) and pa.types.is_timestamp(new) and new.tz is None

@@ -1,0 +1,131 @@
+"""Directories of captured-records files and message-per-line files, as a Spark source.
+
+Order within a directory is file name, then line: the equivalent of one Kafka partition's offsets. So
+files must arrive in name order (as log segments do); a file that sorts before one already read is not
+read. The source's offset is ``{"file": name, "line": n}``: everything before line ``n`` of ``name``
+(and every file sorting before it) has been read.
+
+Registered with Spark as the Python data source ``cdclake-files`` (batch and streaming), with options
+``path`` and ``maxRecordsPerBatch``; its rows have the columns of Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cdclake.records import Record, RecordFileError, is_captured_line, parse_captured_line
+
+UNREADABLE_HEADER = "__cdclake.unreadable"
+
+RECORD_ARROW = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+
+def list_files(path: str) -> list[str]:
+    """The data files of a directory in read order (a single file is its own list); names starting with
+    ``.`` or ``_`` are bookkeeping of other tools and are left alone."""
+    root = Path(path)
+    if root.is_file():
+        return [str(root)]
+    if not root.is_dir():
+        raise FileNotFoundError(f"input {path!r} is neither a file nor a directory")
+    return sorted(str(p) for p in root.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+
+
+def _lines(data: bytes, complete_only: bool) -> list[bytes]:
+    lines = data.split(b"\n")
+    last = lines.pop()
+    if last and not complete_only:
+        lines.append(last)
+    return lines
+
+
+class LineCounter:
+    """Line counts of files, cached by size and mtime so that polling a directory stays cheap."""
+
+    def __init__(self, complete_only: bool) -> None:
+        self.complete_only = complete_only
+        self._cache: dict[str, tuple[int, float, int]] = {}
+
+    def count(self, name: str) -> int:
+        stat = os.stat(name)
+        cached = self._cache.get(name)
+        if cached and cached[0] == stat.st_size and cached[1] == stat.st_mtime:
+            return cached[2]
+        with open(name, "rb") as handle:
+            n = len(_lines(handle.read(), self.complete_only))
+        self._cache[name] = (stat.st_size, stat.st_mtime, n)
+        return n
+
+
+def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
+               limit: int | None) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+    """From ``start``, the end offset and the (file, first line, end line) segments to read, taking at
+    most ``limit`` lines."""
+    segments: list[tuple[str, int, int]] = []
+    end = dict(start)
+    budget = limit if limit and limit > 0 else None
+    for name in files:
+        if name < start["file"]:
+            continue
+        first = start["line"] if name == start["file"] else 0
+        total = counter.count(name)
+        if total <= first:
+            end = {"file": name, "line": total}
+            continue
+        stop = total if budget is None else min(total, first + budget)
+        segments.append((name, first, stop))
+        end = {"file": name, "line": stop}
+        if budget is not None:
+            budget -= stop - first
+            if budget <= 0:
+                break
+    return end, segments
+
+
+def read_segment(name: str, first: int, stop: int, complete_only: bool = False) -> Iterator[pa.RecordBatch]:
+    with open(name, "rb") as handle:
+        lines = _lines(handle.read(), complete_only)[first:stop]
+    topic = Path(name).name
+    captured: bool | None = None
+    rows: list[Record] = []
+    for index, raw in enumerate(lines, start=first):
+        line = raw.rstrip(b"\r")
+        if not line.strip():
+            continue
+        if captured is None:
+            captured = is_captured_line(line)
+        if not captured:
+            rows.append(Record(value=line, topic=topic, offset=index))
+            continue
+        try:
+            rows.append(parse_captured_line(line))
+        except RecordFileError as exc:
+            rows.append(Record(value=line, topic=topic, offset=index,
+                               headers=[(UNREADABLE_HEADER, f"{name}:{index + 1}: {exc}".encode())]))
+        if len(rows) >= 20_000:
+            yield records_to_arrow(rows)
+            rows = []
+    if rows:
+        yield records_to_arrow(rows)
+
+
+def records_to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "topic": [r.topic for r in records],
+        "partition": [r.partition for r in records],
+        "offset": [r.offset for r in records],
+        "timestamp": [None if r.timestamp is None else r.timestamp * 1000 for r in records],
+        "timestampType": [0 for _ in records],
+        "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+    }, schema=RECORD_ARROW)

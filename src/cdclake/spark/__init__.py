@@ -1,0 +1,1 @@
+"""Everything that touches Spark lives here; no other package imports pyspark."""

@@ -1,0 +1,49 @@
+"""The Spark session: a local default that works on a fresh machine, or an existing cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+LOCAL_DEFAULTS: dict[str, str] = {
+    # Decoded values are UTC text; Spark must not shift them into the machine's zone.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.python.worker.reuse": "true",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+}
+
+
+def get_session(master: str | None = None, remote: str | None = None,
+                conf: Mapping[str, str] | None = None, app_name: str = "cdclake") -> SparkSession:
+    """A Spark session. ``remote`` (``sc://host:port``) attaches to Spark Connect; ``master``
+    (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``."""
+    # Workers must run this interpreter, or they cannot import cdclake's dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    builder = SparkSession.builder.appName(app_name)
+    if remote:
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(master or "local[*]")
+        for key, value in LOCAL_DEFAULTS.items():
+            builder = builder.config(key, value)
+        builder = builder.config("spark.pyspark.python", sys.executable)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if not remote:
+        session.sparkContext.setLogLevel("ERROR")
+    return session
