@@ -1,0 +1,1013 @@
+"""A simulated upstream MySQL/TiDB database: the oracle for tests, benchmarks and the demo.
+
+:class:`Database` holds tables with a column of every type the formats carry, runs random transactions of
+inserts, updates, deletes, primary-key changes and DDL, and records each change as a canonical
+:class:`~cdclake.events.ChangeEvent` (whole before/after images, ``columns``, ``key``, one ``commit_ts`` per
+transaction, a ``position`` per change, resolved timestamps between transactions). Its tables *are* the
+expected final state: nothing in it goes through a decoder or the pipeline.
+
+A :class:`Profile` per format says what that format carries (column types, DDL, resolved timestamps, ENUM/SET
+labels) and how its producer routes records (per-table topics, DDL/resolved broadcast, tombstones), so that the
+events a simulation produces for a format are exactly what the format can deliver and :meth:`Database.expected`
+describes what a correct pipeline ends up with. :func:`emit` turns events into the Kafka records the real
+producer would write, through the format's own ``encode``::
+
+    db = Database(seed=7, profile=profile_for("canal-json"))
+    events = db.run(10_000)
+    records = emit(events, "canal-json", partitions=3, replay_fraction=0.05, seed=7)
+    assert diff_states(db.expected(), fold(formats.create("canal-json").decode(records).events)) == []
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import re
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from cdclake import types as T
+from cdclake import values as V
+from cdclake.events import (
+    DDL,
+    DELETE,
+    INSERT,
+    RESOLVED,
+    ROW,
+    TRUNCATE,
+    UPDATE,
+    ChangeEvent,
+    Column,
+    Row,
+    pad_position,
+)
+from cdclake.records import Record
+from cdclake.types import SqlType, parse_type
+
+# One column of every MySQL/TiDB type family the formats carry (tests/strategies.py uses the same list).
+ALL_TYPES: tuple[str, ...] = (
+    "tinyint", "tinyint unsigned", "smallint", "smallint unsigned", "mediumint", "mediumint unsigned",
+    "int", "int unsigned", "bigint", "bigint unsigned", "decimal(10,2)", "decimal(38,10)", "decimal(65,0)",
+    "float", "double", "bit(1)", "bit(10)", "bit(64)", "date", "datetime", "datetime(3)", "datetime(6)",
+    "timestamp", "timestamp(6)", "time", "time(6)", "year", "char(10)", "varchar(255)", "text",
+    "binary(16)", "varbinary(64)", "blob", "json", "enum('a','b','c d')", "set('x','y','z')",
+)
+
+# DDL a simulation may run; a profile lists the ones its format delivers.
+ADD_COLUMN: Final = "add_column"
+DROP_COLUMN: Final = "drop_column"
+TRUNCATE_TABLE: Final = "truncate"
+DROP_TABLE: Final = "drop_table"  # followed, some transactions later, by CREATE TABLE of the same name
+DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE)
+
+TSO_LOGICAL_BITS: Final = 18
+START_MS: Final = 1_714_521_600_000  # 2024-05-01T00:00:00Z, the simulated clock's start
+
+
+def tso(physical_ms: int, logical: int = 0) -> int:
+    """A TiDB timestamp oracle value: physical milliseconds above 18 logical bits."""
+    return physical_ms << TSO_LOGICAL_BITS | logical
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profiles: what each format carries and how its producer routes records
+
+class Profile(msgspec.Struct, frozen=True, kw_only=True):
+    """What one format delivers, and how its real producer lays records out in Kafka.
+
+    ``types``: column types the format carries losslessly (the simulation uses only these).
+    ``labels``: ENUM/SET arrive as labels (else as integers). ``text_values``: every value arrives as text.
+    ``clock``: ``tso`` (commit_ts is a TiDB TSO) or ``ms`` (commit time in epoch ms, MySQL sources).
+    ``ddl``: the DDL kinds the format delivers (:data:`DDL_KINDS`); ``truncate_kind``: TRUNCATE as a
+    ``ddl`` statement or as a ``truncate`` event. ``resolved``: resolved timestamps are delivered.
+    ``topics``: ``single`` topic or one topic per ``table``. ``ddl_to``/``resolved_to``: partitions a DDL or
+    resolved record goes to (``all``, ``first``, or ``key``: routed like a row of its table).
+    ``replay_safe``: a redelivered record decodes to the same commit_ts+position (or one whose re-application
+    cannot change the state), so replays leave the state unchanged. ``ordered``: (commit_ts, position)
+    orders one key's changes across partitions (a key change can move a row to another partition).
+    """
+
+    types: tuple[str, ...] = ALL_TYPES
+    labels: bool = True
+    text_values: bool = False
+    clock: str = "tso"
+    ddl: frozenset[str] = frozenset()
+    truncate_kind: str = DDL
+    resolved: bool = False
+    topics: str = "single"
+    ddl_to: str = "all"
+    resolved_to: str = "all"
+    replay_safe: bool = True
+    ordered: bool = True
+    tombstones: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        out["ddl"] = sorted(self.ddl)
+        return out
+
+
+_NO_LABELS = frozenset(DDL_KINDS)
+_TEXT_SAFE_TYPES: Final = tuple(t for t in ALL_TYPES if parse_type(t).family in (T.INTEGER, T.DECIMAL, T.DATE,
+                                                                                   T.DATETIME, T.TIME, T.YEAR,
+                                                                                   T.TEXT))
+_DEBEZIUM_NO_SCHEMA_TYPES: Final = tuple(
+    t for t in ALL_TYPES
+    if parse_type(t).family in (T.INTEGER, T.DOUBLE, T.TEXT, T.JSON, T.ENUM, T.SET, T.TIMESTAMP, T.YEAR)
+    and t != "bigint unsigned")
+
+# The one table of format profiles. A format without an entry gets DEFAULT_PROFILE (rows only, every type).
+PROFILES: dict[str, Profile] = {
+    # Open-source Canal: MySQL binlog, commit time with second resolution and no binlog position, so
+    # neither replays nor a key moving across partitions can be ordered.
+    "canal-json": Profile(clock="ms", ddl=frozenset(DDL_KINDS), ddl_to="first", replay_safe=False,
+                          ordered=False),
+    "ticdc-canal-json": Profile(labels=False, ddl=frozenset(DDL_KINDS), resolved=True, ddl_to="first"),
+    "ticdc-open": Profile(labels=False, ddl=frozenset(DDL_KINDS), resolved=True),
+    "ticdc-avro": Profile(topics="table"),
+    "debezium-json": Profile(clock="ms", topics="table", tombstones=True),
+    "debezium-avro": Profile(clock="ms", topics="table", tombstones=True),
+    "dts-avro": Profile(clock="ms", ddl=frozenset(DDL_KINDS), ddl_to="first"),
+    "shareplex-json": Profile(clock="ms", types=_TEXT_SAFE_TYPES, text_values=True,
+                              ddl=frozenset({TRUNCATE_TABLE}), truncate_kind=TRUNCATE, ddl_to="key"),
+}
+DEFAULT_PROFILE: Final = Profile()
+
+# Options that change what a format delivers: (format, option, value) → profile fields to replace.
+PROFILE_OPTIONS: dict[tuple[str, str, str], dict[str, Any]] = {
+    # TiCDC's canal-json: commit TSO in _tidb, watermarks, base-type mysqlType (ENUM/SET as integers).
+    ("canal-json", "flavour", "tidb"): {"labels": False, "clock": "tso", "resolved": True, "replay_safe": True,
+                                        "ordered": True},
+    ("debezium-json", "schemas", "false"): {"types": _DEBEZIUM_NO_SCHEMA_TYPES},
+}
+
+
+def profile_for(format_name: str, options: Mapping[str, Any] | None = None) -> Profile:
+    """The profile of a format under the given options (unknown formats get :data:`DEFAULT_PROFILE`)."""
+    profile = PROFILES.get(format_name, DEFAULT_PROFILE)
+    for name, value in (options or {}).items():
+        changes = PROFILE_OPTIONS.get((format_name, name, str(value).lower()))
+        if changes:
+            profile = msgspec.structs.replace(profile, **changes)
+    return profile
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Random canonical values, one fast generator per column type
+
+Gen = Callable[[random.Random], Any]
+
+# ``random.randint``/``randrange`` cost a microsecond each; ``int(random() * n)`` is exact enough for the
+# small ranges below (n < 2**53) and several times faster, which matters at a million rows.
+
+_ALPHABET: Final = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" * 4
+                    + "      .,;:-_/'\"\\%&<>()[]{}#@!?=+*~`|^$\n\t\r\x00\x01\x7f"
+                    + "éüßçñøåÆŒ€£¥©°±µ¶·½ЖЯжяαβγΩ中文字日本語한국어ไทย…–—‘’“”\u2028\u00a0🙂🚀𝄞")
+# Text values are slices of one fixed random text, so that making one costs a slice, not a join.
+_POOL: Final = "".join(random.Random(20240501).choices(_ALPHABET, k=1 << 16))
+
+
+def _text(max_len: int, *, strip: bool = False) -> Gen:
+    limit = min(max_len, 64)
+    span = len(_POOL) - max_len
+
+    def gen(r: random.Random) -> str:
+        roll = r.random()
+        if roll < 0.05:
+            return ""
+        n = 1 + int(r.random() * (max_len if roll > 0.97 else limit))
+        start = int(r.random() * span)
+        text = _POOL[start:start + n]
+        # MySQL CHAR drops trailing spaces on read, so a CHAR value never ends with one.
+        return text.rstrip(" ") if strip else text
+
+    return gen
+
+
+def _integer(t: SqlType) -> Gen:
+    bits = t.bits or 64
+    lo, hi = (0, 2**bits - 1) if t.unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    edges = (lo, hi, 0, 1, hi - 1) if t.unsigned else (lo, hi, 0, -1, 1)
+    small = min(hi, 100_000)
+    small_lo = max(lo, -small)
+    width = small - small_lo + 1
+
+    def gen(r: random.Random) -> int:
+        roll = r.random()
+        if roll < 0.05:
+            return edges[int(roll * 100)]
+        if roll < 0.6:
+            return small_lo + int(r.random() * width)
+        return lo + r.getrandbits(bits)
+
+    return gen
+
+
+def _decimal(t: SqlType) -> Gen:
+    precision, scale = t.length or 10, t.scale or 0
+
+    def gen(r: random.Random) -> str:
+        digits = precision if r.random() < 0.1 else 1 + int(r.random() * precision)
+        unscaled = r.getrandbits(digits * 4) % 10**digits if digits > 15 else int(r.random() * 10**digits)
+        text = str(unscaled).rjust(scale + 1, "0")
+        if scale:
+            text = text[:-scale] + "." + text[-scale:]
+        return "-" + text if unscaled and r.random() < 0.4 else text
+
+    return gen
+
+
+def _float32_text(x: float) -> str | None:
+    """The shortest decimal text that rounds to float32 ``x``."""
+    packed = struct.pack("<f", x)
+    for digits in range(1, 10):
+        text = f"{x:.{digits}g}"
+        if struct.pack("<f", float(text)) == packed:
+            return text
+    return None
+
+
+def _float_pool(size: int) -> tuple[float, ...]:
+    # FLOAT values whose float32 and float64 readings agree on the shortest decimal text, so every format
+    # (Java Float.toString, float32 Avro, float64 JSON) carries them as the same Python float. Values outside
+    # that set have no single canonical form yet (an open question of the value rules).
+    r = random.Random(4)
+    pool: list[float] = [0.0, 1.0, -1.0, 0.5, 16777216.0, -16777216.0, 12345678.0]
+    while len(pool) < size:
+        if r.random() < 0.1:
+            x = float(r.getrandbits(25) - (1 << 24))
+        else:
+            x = (r.getrandbits(21) - (1 << 20)) / (1 << int(r.random() * 7))
+        text = _float32_text(x)
+        if text is not None and float(text) == x:
+            pool.append(x + 0.0)
+    return tuple(pool)
+
+
+_FLOATS: Final = _float_pool(4096)
+
+
+def _float(r: random.Random) -> float:
+    return _FLOATS[int(r.random() * len(_FLOATS))]
+
+
+_DOUBLE_EDGES: Final = (0.0, 1.0, -1.0, 0.1, 1e-300, -1e300, 1.7976931348623157e308, 5e-324, 2.0**53 + 2)
+
+
+def _double(r: random.Random) -> float:
+    roll = r.random()
+    if roll < 0.05:
+        return _DOUBLE_EDGES[int(roll * 180)]
+    if roll < 0.5:
+        return round((r.random() - 0.5) * 2e6, int(r.random() * 7)) + 0.0
+    return (r.random() * 2 - 1) * 10.0 ** (int(r.random() * 601) - 300) + 0.0
+
+
+_DATE_LO: Final = dt.date(1000, 1, 1).toordinal()
+_DATE_HI: Final = dt.date(9999, 12, 31).toordinal()
+_EPOCH_ORDINAL: Final = dt.date(1970, 1, 1).toordinal()
+
+
+def _date(r: random.Random) -> str:
+    return dt.date.fromordinal(_DATE_LO + int(r.random() * (_DATE_HI - _DATE_LO + 1))).isoformat()
+
+
+def _clock(seconds: int) -> str:
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    return f"{hour:02d}:{minute:02d}:{second:02d}"
+
+
+def _moment(t: SqlType) -> Gen:
+    fsp = t.fsp
+    if t.family == T.DATETIME:
+        first, days, sep, zone = _DATE_LO, _DATE_HI - _DATE_LO + 1, " ", ""
+    else:  # TIMESTAMP: MySQL's range (1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC) less a day each side
+        first, days, sep, zone = _EPOCH_ORDINAL + 1, 24_853 - 2, "T", "Z"
+    scale = 10**fsp
+
+    def gen(r: random.Random) -> str:
+        day = dt.date.fromordinal(first + int(r.random() * days)).isoformat()
+        text = day + sep + _clock(int(r.random() * 86_400))
+        if fsp:
+            text += "." + str(int(r.random() * scale)).zfill(fsp)
+        return text + zone
+
+    return gen
+
+
+def _time(t: SqlType) -> Gen:
+    fsp = t.fsp
+    scale = 10**fsp
+    limit = 838 * 3600 + 59 * 60 + 59
+
+    def gen(r: random.Random) -> str:
+        wide = r.random() < 0.3
+        seconds = int(r.random() * (limit + 1 if wide else 86_400))
+        text = _clock(seconds)
+        if fsp:
+            text += "." + str(int(r.random() * scale)).zfill(fsp)
+        return "-" + text if wide and r.random() < 0.5 and text.strip("0:.") else text
+
+    return gen
+
+
+def _binary(t: SqlType) -> Gen:
+    fixed = t.name == "binary"
+    size = t.length or (1 if fixed else 255)
+    limit = min(size, 300)
+
+    def gen(r: random.Random) -> str:
+        # BINARY(n) is right-padded with zero bytes to n, so its values always have n bytes.
+        n = size if fixed else int(r.random() * (limit + 1))
+        return V.b64(r.randbytes(n))
+
+    return gen
+
+
+def _json_doc(r: random.Random, depth: int = 0) -> Any:
+    roll = r.random()
+    if depth < 2 and roll < 0.25:
+        return [_json_doc(r, depth + 1) for _ in range(r.randint(0, 3))]
+    if depth < 2 and roll < 0.55:
+        return {"".join(r.choices("abcdefgxyz_é", k=r.randint(1, 6))): _json_doc(r, depth + 1)
+                for _ in range(r.randint(0, 4))}
+    if roll < 0.65:
+        return None
+    if roll < 0.72:
+        return r.random() < 0.5
+    if roll < 0.85:
+        return r.randint(-(2**53), 2**53)
+    return "".join(r.choices(_ALPHABET, k=r.randint(0, 12)))
+
+
+def _json(r: random.Random) -> str:
+    # MySQL prints JSON with ", " and ": " separators; the document comes back as this exact text.
+    return json.dumps(_json_doc(r), ensure_ascii=False)
+
+
+def _enum(t: SqlType) -> Gen:
+    members = t.members
+    count = len(members)
+    return lambda r: members[int(r.random() * count)]
+
+
+def _set(t: SqlType) -> Gen:
+    members = t.members
+
+    def gen(r: random.Random) -> str:
+        mask = r.getrandbits(len(members))
+        return ",".join(m for i, m in enumerate(members) if mask >> i & 1)
+
+    return gen
+
+
+def value_generator(type_text: str) -> Gen:
+    """A function of a ``random.Random`` giving canonical non-NULL values of one column type."""
+    t = parse_type(type_text)
+    family = t.family
+    if family == T.INTEGER:
+        return _integer(t)
+    if family == T.DECIMAL:
+        return _decimal(t)
+    if family == T.FLOAT:
+        return _float
+    if family == T.DOUBLE:
+        return _double
+    if family == T.BIT:
+        bits = t.length or 1
+        return lambda r: r.getrandbits(bits)
+    if family == T.DATE:
+        return _date
+    if family in (T.DATETIME, T.TIMESTAMP):
+        return _moment(t)
+    if family == T.TIME:
+        return _time(t)
+    if family == T.YEAR:
+        return lambda r: 1901 + int(r.random() * 255)
+    if family == T.TEXT:
+        return _text(t.length or 400, strip=t.name == "char")
+    if family == T.BINARY:
+        return _binary(t)
+    if family == T.JSON:
+        return _json
+    if family == T.ENUM:
+        return _enum(t)
+    if family == T.SET:
+        return _set(t)
+    raise ValueError(f"the workload has no values for column type {type_text!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The simulated database
+
+Values = tuple[Any, ...]  # the key values of a row in the simulated table, in key-column order
+KeyTuple = tuple[tuple[str, Any], ...]  # a row's key: (column, value) pairs sorted by column name
+State = dict[tuple[str, str], dict[KeyTuple, Row]]  # per (database, table): key → row
+
+
+class _Table:
+    """One table of the simulated database: its schema and its current rows."""
+
+    def __init__(self, database: str, name: str, columns: list[Column], composite: bool) -> None:
+        self.database = database
+        self.name = name
+        self.columns = columns
+        self.key_names = [c.name for c in columns if c.key]
+        self.composite = composite
+        self.rows: dict[Values, Row] = {}
+        self.keys: list[Values] = []  # the keys of ``rows``, for O(1) random choice
+        self.slot: dict[Values, int] = {}
+        self.gens: dict[str, Gen] = {c.name: value_generator(c.type) for c in columns if not c.key}
+        self.next_column = len(columns)
+
+    def put(self, key: Values, row: Row) -> None:
+        if key not in self.rows:
+            self.slot[key] = len(self.keys)
+            self.keys.append(key)
+        self.rows[key] = row
+
+    def remove(self, key: Values) -> None:
+        del self.rows[key]
+        index = self.slot.pop(key)
+        last = self.keys.pop()
+        if index < len(self.keys):
+            self.keys[index] = last
+            self.slot[last] = index
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.keys.clear()
+        self.slot.clear()
+
+    def key_dict(self, key: Values) -> Row:
+        return dict(zip(self.key_names, key, strict=True))
+
+    def set_columns(self, columns: list[Column]) -> None:
+        self.columns = columns
+        self.gens = {c.name: value_generator(c.type) for c in columns if not c.key}
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def create_table_sql(database: str, table: str, columns: Sequence[Column]) -> str:
+    parts = [f"{_quote(c.name)} {c.type}{' NOT NULL' if c.nullable is False else ' NULL'}" for c in columns]
+    keys = ", ".join(_quote(c.name) for c in columns if c.key)
+    return f"CREATE TABLE {_quote(database)}.{_quote(table)} ({', '.join(parts)}, PRIMARY KEY ({keys}))"
+
+
+class Database:
+    """A simulated upstream database, deterministic from ``seed``.
+
+    ``tables`` tables spread over ``databases``; every third table has a composite key ``(tenant int,
+    code varchar(32))``, the others ``id bigint``. Non-key columns: one per type of ``types`` (default: the
+    profile's types). ``ddl_rate`` is the chance that a transaction is a DDL statement instead (only kinds
+    the profile delivers); ``resolved_every`` is the number of transactions between resolved timestamps
+    (when the profile delivers them).
+    """
+
+    def __init__(self, *, seed: int = 0, tables: int = 3, profile: Profile = DEFAULT_PROFILE,
+                 types: Sequence[str] | None = None, databases: Sequence[str] = ("sim",),
+                 ddl_rate: float = 0.002, resolved_every: int = 50, max_txn_rows: int = 8,
+                 key_change_rate: float = 0.05) -> None:
+        if tables < 1:
+            raise ValueError("a simulated database needs at least one table")
+        self.profile = profile
+        self.random = random.Random(seed)
+        self.types = tuple(types if types is not None else profile.types)
+        self.ddl_kinds = tuple(k for k in DDL_KINDS if k in profile.ddl)
+        self.ddl_rate = ddl_rate if self.ddl_kinds else 0.0
+        self.resolved_every = resolved_every if profile.resolved else 0
+        self.max_txn_rows = max_txn_rows
+        self.key_change_rate = key_change_rate
+        self.tables: dict[tuple[str, str], _Table] = {}
+        self.dropped: list[tuple[str, str]] = []
+        self.physical_ms = START_MS
+        self.logical = 0
+        self.last_commit_ts = 0
+        self.lsn = 0  # the change log's sequence number: one per change, the source of ``position``
+        self.txns = 0
+        self.next_id = 1
+        self.freed: list[tuple[tuple[str, str], Values]] = []  # deleted keys, sometimes inserted again
+        for i in range(tables):
+            database = databases[i % len(databases)]
+            name = f"t{i}"
+            self.tables[(database, name)] = self._new_table(database, name, composite=i % 3 == 1)
+
+    # -- schema ------------------------------------------------------------------------------------------
+
+    def _new_table(self, database: str, name: str, composite: bool) -> _Table:
+        if composite:
+            columns = [Column("tenant", "int", key=True, nullable=False),
+                       Column("code", "varchar(32)", key=True, nullable=False)]
+        else:
+            columns = [Column("id", "bigint", key=True, nullable=False)]
+        columns += [Column(f"c{i}_{parse_type(text).name}", text, nullable=True) for i, text in enumerate(self.types)]
+        return _Table(database, name, columns, composite)
+
+    # -- the clock ---------------------------------------------------------------------------------------
+
+    def _commit(self) -> int:
+        step = int(self.random.random() * 4)
+        if step:
+            self.physical_ms += step
+            self.logical = 0
+        else:
+            self.logical += 1
+        commit_ts = tso(self.physical_ms, self.logical)
+        self.last_commit_ts = commit_ts
+        return commit_ts if self.profile.clock == "tso" else self.physical_ms
+
+    def _position(self) -> str:
+        self.lsn += 1
+        return pad_position(self.lsn)
+
+    # -- running -----------------------------------------------------------------------------------------
+
+    def run(self, events: int) -> list[ChangeEvent]:
+        """At least ``events`` more change events (whole transactions), in commit order."""
+        out: list[ChangeEvent] = []
+        while len(out) < events:
+            self.txns += 1
+            r = self.random
+            if self.dropped and r.random() < 0.05:
+                out.append(self._recreate())
+            elif self.ddl_rate and r.random() < self.ddl_rate:
+                out.extend(self._ddl())
+            else:
+                out.extend(self._transaction())
+            if self.resolved_every and self.txns % self.resolved_every == 0:
+                out.append(ChangeEvent(kind=RESOLVED, commit_ts=self.last_commit_ts))
+        return out
+
+    def _transaction(self) -> list[ChangeEvent]:
+        r = self.random
+        size = 1 + int(r.random() * self.max_txn_rows) if r.random() > 0.01 else r.randint(20, 200)
+        commit_ts = self._commit()
+        ts_ms = self.physical_ms
+        touched: set[tuple[tuple[str, str], Values]] = set()
+        live = list(self.tables.values())
+        events = []
+        for _ in range(size):
+            table = live[int(r.random() * len(live))]
+            roll = r.random()
+            if not table.keys or roll < 0.4:
+                event = self._insert(table, touched)
+            elif roll < 0.85:
+                event = self._update(table, touched)
+            else:
+                event = self._delete(table, touched)
+            if event is not None:
+                event.commit_ts = commit_ts
+                event.ts_ms = ts_ms
+                event.position = self._position()
+                events.append(event)
+        return events
+
+    def _fresh_key(self, table: _Table, touched: set[tuple[tuple[str, str], Values]]) -> Values:
+        r = self.random
+        ident = (table.database, table.name)
+        if self.freed and r.random() < 0.1:
+            index = r.randrange(len(self.freed))
+            owner, key = self.freed[index]
+            if (owner == ident and len(key) == len(table.key_names) and key not in table.rows
+                    and (ident, key) not in touched):
+                self.freed[index] = self.freed[-1]
+                self.freed.pop()
+                return key
+        self.next_id += 1
+        return (1 + int(r.random() * 5), f"k{self.next_id}") if table.composite else (self.next_id,)
+
+    def _free(self, table: _Table, key: Values) -> None:
+        self.freed.append(((table.database, table.name), key))
+        if len(self.freed) > 4096:  # only recently deleted keys come back
+            del self.freed[:2048]
+
+    def _row(self, table: _Table, key: Values) -> Row:
+        r = self.random
+        chance = r.random
+        row = table.key_dict(key)
+        for name, gen in table.gens.items():
+            row[name] = None if chance() < 0.1 else gen(r)
+        return row
+
+    def _pick(self, table: _Table, touched: set[tuple[tuple[str, str], Values]]) -> Values | None:
+        # One change per row per transaction (TiDB collapses more into one), so that a row's changes are
+        # ordered by commit_ts alone wherever the format gives nothing finer.
+        ident = (table.database, table.name)
+        for _ in range(4):
+            key = table.keys[int(self.random.random() * len(table.keys))]
+            if (ident, key) not in touched:
+                touched.add((ident, key))
+                return key
+        return None
+
+    def _insert(self, table: _Table, touched: set[tuple[tuple[str, str], Values]]) -> ChangeEvent | None:
+        key = self._fresh_key(table, touched)
+        if key in table.rows:
+            return None
+        touched.add(((table.database, table.name), key))
+        row = self._row(table, key)
+        table.put(key, row)
+        return ChangeEvent(kind=ROW, op=INSERT, database=table.database, table=table.name,
+                           key=table.key_dict(key), after=row, columns=table.columns)
+
+    def _update(self, table: _Table, touched: set[tuple[tuple[str, str], Values]]) -> ChangeEvent | None:
+        r = self.random
+        key = self._pick(table, touched)
+        if key is None:
+            return None
+        before = table.rows[key]
+        after = dict(before)
+        names = list(table.gens)
+        if names:
+            count = len(names)
+            changed = (names if r.random() < 0.05
+                       else [names[int(r.random() * count)] for _ in range(1 + int(r.random() * 3))])
+            for name in changed:
+                after[name] = None if r.random() < 0.1 else table.gens[name](r)
+        new_key = key
+        if r.random() < self.key_change_rate:
+            candidate = self._fresh_key(table, touched)
+            if candidate not in table.rows:
+                new_key = candidate
+                touched.add(((table.database, table.name), new_key))
+                after.update(table.key_dict(new_key))
+                table.remove(key)
+                self._free(table, key)
+        table.put(new_key, after)
+        return ChangeEvent(kind=ROW, op=UPDATE, database=table.database, table=table.name,
+                           key=table.key_dict(new_key), before=before, after=after, columns=table.columns)
+
+    def _delete(self, table: _Table, touched: set[tuple[tuple[str, str], Values]]) -> ChangeEvent | None:
+        key = self._pick(table, touched)
+        if key is None:
+            return None
+        before = table.rows[key]
+        table.remove(key)
+        self._free(table, key)
+        return ChangeEvent(kind=ROW, op=DELETE, database=table.database, table=table.name,
+                           key=table.key_dict(key), before=before, columns=table.columns)
+
+    def _ddl_event(self, table: _Table, statement: str, columns: list[Column] | None) -> ChangeEvent:
+        commit_ts = self._commit()
+        return ChangeEvent(kind=DDL, database=table.database, table=table.name, ddl=statement,
+                           columns=columns, commit_ts=commit_ts, ts_ms=self.physical_ms,
+                           position=self._position())
+
+    def _ddl(self) -> list[ChangeEvent]:
+        r = self.random
+        live = list(self.tables.values())
+        table = live[r.randrange(len(live))]
+        kind = self.ddl_kinds[r.randrange(len(self.ddl_kinds))]
+        where = f"{_quote(table.database)}.{_quote(table.name)}"
+        droppable = [c for c in table.columns if not c.key]
+        if kind == DROP_COLUMN and len(droppable) > 2:
+            gone = droppable[r.randrange(len(droppable))].name
+            columns = [c for c in table.columns if c.name != gone]
+            table.set_columns(columns)
+            for key, row in list(table.rows.items()):
+                table.rows[key] = {name: value for name, value in row.items() if name != gone}
+            return [self._ddl_event(table, f"ALTER TABLE {where} DROP COLUMN {_quote(gone)}", columns)]
+        if kind == TRUNCATE_TABLE:
+            table.clear()
+            event = self._ddl_event(table, f"TRUNCATE TABLE {where}", table.columns)
+            if self.profile.truncate_kind == TRUNCATE:
+                event.kind, event.ddl = TRUNCATE, None
+            return [event]
+        if kind == DROP_TABLE and len(self.tables) > 1:
+            ident = (table.database, table.name)
+            del self.tables[ident]
+            self.dropped.append(ident)
+            self.freed = [(owner, key) for owner, key in self.freed if owner != ident]
+            return [self._ddl_event(table, f"DROP TABLE {where}", None)]
+        # ADD COLUMN, also the fallback when the chosen DDL cannot run on this table
+        text = self.types[r.randrange(len(self.types))] if self.types else "int"
+        name = f"c{table.next_column}_{parse_type(text).name}"
+        table.next_column += 1
+        columns = [*table.columns, Column(name, text, nullable=True)]
+        table.set_columns(columns)
+        for key, row in list(table.rows.items()):
+            table.rows[key] = {**row, name: None}
+        return [self._ddl_event(table, f"ALTER TABLE {where} ADD COLUMN {_quote(name)} {text} NULL", columns)]
+
+    def _recreate(self) -> ChangeEvent:
+        database, name = self.dropped.pop(0)
+        table = self._new_table(database, name, composite=self.random.random() < 0.3)
+        self.tables[(database, name)] = table
+        return self._ddl_event(table, create_table_sql(database, name, table.columns), table.columns)
+
+    # -- the oracle --------------------------------------------------------------------------------------
+
+    def state(self) -> State:
+        """The current rows of every table, as canonical values."""
+        return {ident: {_key_of(table.key_dict(key)): row for key, row in table.rows.items()}
+                for ident, table in self.tables.items()}
+
+    def expected(self) -> State:
+        """What a correct pipeline holds for each table: the current rows as the profile's format delivers
+        them (``state_tables`` orders them by key)."""
+        out: State = {}
+        for ident, table in self.tables.items():
+            deliver = _deliverers(self.profile, table.columns)
+            out[ident] = {_key_of(table.key_dict(k)): _delivered(row, deliver) if deliver else row
+                          for k, row in table.rows.items()}
+        return out
+
+    def key_names(self) -> dict[tuple[str, str], list[str]]:
+        return {ident: list(table.key_names) for ident, table in self.tables.items()}
+
+
+def _deliverers(profile: Profile, columns: Sequence[Column]) -> dict[str, Callable[[Any], Any]]:
+    """Per column, how the format's delivered value differs from the canonical one (none: identical)."""
+    out: dict[str, Callable[[Any], Any]] = {}
+    for column in columns:
+        t = parse_type(column.type)
+        if profile.text_values:
+            out[column.name] = _as_text
+        elif not profile.labels and t.family == T.ENUM:
+            out[column.name] = lambda v, t=t: V.enum_index(v, t)
+        elif not profile.labels and t.family == T.SET:
+            out[column.name] = lambda v, t=t: V.set_mask(v, t)
+    return out
+
+
+def _as_text(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else str(value)
+
+
+def _delivered(row: Row, deliver: Mapping[str, Callable[[Any], Any]]) -> Row:
+    return {name: (deliver[name](value) if name in deliver and value is not None else value)
+            for name, value in row.items()}
+
+
+def simulate(events: int, *, profile: Profile = DEFAULT_PROFILE, seed: int = 0, tables: int = 3,
+             **settings: Any) -> tuple[list[ChangeEvent], State]:
+    """``events`` change events of a fresh simulated database and the expected final state."""
+    db = Database(seed=seed, tables=tables, profile=profile, **settings)
+    return db.run(events), db.expected()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Folding events into table state: the planner's contract, in plain Python
+
+_ALTER: Final = re.compile(
+    r"^\s*ALTER\s+TABLE\s+\S+\s+(ADD|DROP)\s+(?:COLUMN\s+)?(`(?:[^`]|``)+`|[^\s,;]+)", re.IGNORECASE)
+
+
+def _key_of(key: Mapping[str, Any]) -> KeyTuple:
+    return tuple(sorted(key.items()))
+
+
+def _event_key(event: ChangeEvent, image: Row | None) -> KeyTuple | None:
+    names = [c.name for c in event.columns or () if c.key] or list(event.key or ())
+    if image is None or not names:
+        return _key_of(event.key) if event.key else None
+    return _key_of({name: image.get(name) for name in names})
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def fold(events: Iterable[ChangeEvent]) -> State:
+    """The state a correct pipeline reaches from these events, by the planner's contract: events in
+    (commit_ts, position) order (stable, so the given order breaks ties), exact replays (same commit_ts and
+    position) applied once, an update whose key changes applied as delete-old + insert-new. DDL applies to
+    the rows present: ADD COLUMN gives them a NULL column, DROP COLUMN removes it, TRUNCATE and CREATE TABLE
+    empty the table, DROP TABLE removes it; all are idempotent, so a redelivered DDL is harmless."""
+    ordered = sorted((e for e in events if e.kind != RESOLVED),
+                     key=lambda e: (e.commit_ts or 0, e.position or ""))
+    state: State = {}
+    seen: set[tuple[int | None, str]] = set()
+    for event in ordered:
+        ident = (event.database or "", event.table or "")
+        if event.position is not None:
+            mark = (event.commit_ts, event.position)
+            if mark in seen:
+                continue
+            seen.add(mark)
+        if event.kind == ROW:
+            rows = state.setdefault(ident, {})
+            if event.op == DELETE:
+                key = _event_key(event, event.before)
+                if key is not None:
+                    rows.pop(key, None)
+                continue
+            if event.after is None:
+                continue
+            new_key = _event_key(event, event.after)
+            if event.before is not None:
+                old_key = _event_key(event, event.before)
+                if old_key is not None and old_key != new_key:
+                    rows.pop(old_key, None)
+            if new_key is not None:
+                rows[new_key] = event.after
+        elif event.kind == TRUNCATE:
+            state[ident] = {}
+        elif event.kind == DDL:
+            _apply_ddl(state, ident, event.ddl or "")
+    return state
+
+
+def _apply_ddl(state: State, ident: tuple[str, str], statement: str) -> None:
+    words = statement.split(None, 2)
+    head = " ".join(words[:2]).upper()
+    if head == "TRUNCATE TABLE" or (words and words[0].upper() == "TRUNCATE"):
+        state[ident] = {}
+    elif head == "DROP TABLE":
+        state.pop(ident, None)
+    elif head == "CREATE TABLE":
+        state[ident] = {}
+    elif (match := _ALTER.match(statement)) is not None:
+        name = _unquote(match.group(2))
+        rows = state.get(ident, {})
+        if match.group(1).upper() == "ADD":
+            for key, row in rows.items():
+                if name not in row:
+                    rows[key] = {**row, name: None}
+        else:
+            for key, row in rows.items():
+                if name in row:
+                    rows[key] = {n: v for n, v in row.items() if n != name}
+
+
+def _sort_key(key: KeyTuple) -> tuple[Any, ...]:
+    return tuple((name, type(value).__name__, value) for name, value in key)
+
+
+def state_rows(rows: Mapping[KeyTuple, Row]) -> list[Row]:
+    """The rows of one table in key order."""
+    try:
+        ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0]))
+    except TypeError:  # keys of mixed types: any fixed order will do
+        ordered = sorted(rows.items(), key=lambda item: repr(item[0]))
+    return [row for _, row in ordered]
+
+
+def state_tables(state: State) -> dict[tuple[str, str], list[Row]]:
+    return {ident: state_rows(rows) for ident, rows in state.items()}
+
+
+def diff_states(expected: State, actual: State, *, limit: int = 20) -> list[str]:
+    """Differences between two states, one line each for a person (at most ``limit``); ``[]`` when equal.
+    A table with no rows equals a missing table."""
+    problems: list[str] = []
+    for ident in sorted(set(expected) | set(actual)):
+        want, got = expected.get(ident) or {}, actual.get(ident) or {}
+        if want == got:
+            continue
+        missing = [k for k in want if k not in got]
+        extra = [k for k in got if k not in want]
+        changed = [k for k in want if k in got and got[k] != want[k]]
+        problems.append(f"{'.'.join(ident)}: {len(want)} rows expected, {len(got)} present: {len(missing)} "
+                        f"missing, {len(extra)} unexpected, {len(changed)} different")
+        problems += [f"  missing {dict(k)}" for k in missing[:3]]
+        problems += [f"  unexpected {dict(k)}" for k in extra[:3]]
+        for k in changed[:5]:
+            row, other = want[k], got[k]
+            columns = [*row, *(c for c in other if c not in row)]
+            changes = {c: (row.get(c, "<absent>"), other.get(c, "<absent>")) for c in columns
+                       if row.get(c, "<absent>") != other.get(c, "<absent>")}
+            problems.append(f"  {dict(k)}: column: (expected, actual) {changes}")
+    return problems[:limit]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Emitting events as the real producer's Kafka records
+
+DEFAULT_TOPIC: Final = "cdclake-sim"
+
+
+def topic_name(profile: Profile, ident: tuple[str, str] | None, prefix: str = DEFAULT_TOPIC) -> str:
+    """The topic a producer writes to when its encoder does not name one: one per changefeed, or one per
+    table (``<prefix>.<database>.<table>``, Debezium's and the Avro dispatchers' layout)."""
+    if profile.topics == "table" and ident is not None:
+        return f"{prefix}.{ident[0]}.{ident[1]}"
+    return prefix
+
+
+def key_partition(database: str | None, table: str | None, key: Mapping[str, Any] | None, partitions: int) -> int:
+    """The partition of a row by the hash of its table and key values (stable across runs and machines,
+    unlike Python's ``hash``), as TiCDC's index-value dispatcher and Canal's ``partitionHash`` spread rows."""
+    if partitions <= 1:
+        return 0
+    values = [v for _, v in sorted((key or {}).items())]
+    return zlib.crc32(msgspec.json.encode([database, table, *values])) % partitions
+
+
+_Group = tuple[tuple[str, str] | None, int]  # (the table whose topic it is, or None for a single topic; partition)
+
+
+def route(events: Sequence[ChangeEvent], profile: Profile, partitions: int) -> dict[_Group, list[ChangeEvent]]:
+    """The events each (topic, partition) of the producer receives, in order: rows by key hash (a key
+    change by its new key), DDL and resolved timestamps as the profile's producer broadcasts them."""
+    per_table = profile.topics == "table"
+    tables = sorted({(e.database or "", e.table or "") for e in events if e.kind != RESOLVED and e.table})
+    topic_ids: list[tuple[str, str] | None] = list(tables) if per_table else [None]
+    groups: dict[_Group, list[ChangeEvent]] = {}
+
+    def send(event: ChangeEvent, topic_id: tuple[str, str] | None, to: str, partition: int) -> None:
+        targets = range(partitions) if to == "all" else (0,) if to == "first" else (partition,)
+        for p in targets:
+            groups.setdefault((topic_id, p), []).append(event)
+
+    for event in events:
+        ident = (event.database or "", event.table or "")
+        topic_id = ident if per_table else None
+        if event.kind == ROW:
+            image = event.after if event.after is not None else event.before
+            key = event.key if event.key is not None else event.key_of()
+            if key is None and image is not None:
+                key = image
+            partition = key_partition(event.database, event.table, key, partitions)
+            groups.setdefault((topic_id, partition), []).append(event)
+        elif event.kind == RESOLVED:
+            for tid in topic_ids:
+                send(event, tid, profile.resolved_to, 0)
+        else:
+            send(event, topic_id, profile.ddl_to, key_partition(event.database, event.table, None, partitions))
+    return groups
+
+
+def emit(events: Sequence[ChangeEvent], format_name: str, *, partitions: int = 1, replay_fraction: float = 0.0,
+         seed: int = 0, options: Mapping[str, Any] | None = None, profile: Profile | None = None,
+         topic_prefix: str = DEFAULT_TOPIC) -> list[Record]:
+    """The Kafka records a real producer of ``format_name`` writes for these events, ordered by (topic,
+    partition, offset): the format's own ``encode`` makes each partition's records from the events routed
+    to it (see :func:`route`); offsets increase from 0 per (topic, partition). With ``replay_fraction`` > 0,
+    about that fraction of records is delivered again a little later at new offsets (at-least-once
+    redelivery: a producer retry or restart re-sends short runs of records)."""
+    from cdclake import formats
+
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    if not 0.0 <= replay_fraction <= 1.0:
+        raise ValueError("replay fraction must be between 0 and 1")
+    fmt = formats.create(format_name, dict(options or {}))
+    profile = profile or profile_for(format_name, options)
+    groups = route(events, profile, partitions)
+    encoded: dict[_Group, list[Record]] = {}
+    named: dict[tuple[str, str] | None, str] = {}
+    for group in sorted(groups, key=lambda g: (g[0] or ("", ""), g[1])):
+        batch = groups[group]
+        records = fmt.encode(batch)
+        _stamp(records, batch)
+        encoded[group] = records
+        for record in records:
+            if record.topic:
+                named.setdefault(group[0], record.topic)
+                break
+    r = random.Random(seed)
+    by_partition: dict[tuple[str, int], list[Record]] = {}
+    for (topic_id, partition), records in encoded.items():
+        default = named.get(topic_id) or topic_name(profile, topic_id, topic_prefix)
+        for record in records:
+            record.topic = record.topic or default
+            record.partition = partition
+            by_partition.setdefault((record.topic, partition), []).append(record)
+    out: list[Record] = []
+    for where in sorted(by_partition):
+        records = _with_replays(by_partition[where], replay_fraction, r) if replay_fraction else by_partition[where]
+        for offset, record in enumerate(records):
+            record.offset = offset
+        out.extend(records)
+    return out
+
+
+def _stamp(records: list[Record], events: Sequence[ChangeEvent]) -> None:
+    """Give records their producer timestamp where the encoder left none: the event time of the matching
+    event (exact when the encoder writes one record per event, proportional when it batches)."""
+    times = [e.ts_ms for e in events if e.ts_ms is not None]
+    if not times or not records:
+        return
+    latest = 0
+    for i, record in enumerate(records):
+        if record.timestamp is None:
+            latest = max(latest, times[min(len(times) - 1, i * len(times) // len(records))])
+            record.timestamp = latest
+
+
+def _with_replays(records: list[Record], fraction: float, r: random.Random) -> list[Record]:
+    n = len(records)
+    target = round(n * fraction)
+    later: dict[int, list[Record]] = {}
+    replayed = 0
+    while replayed < target:
+        start = r.randrange(n)
+        run = records[start:start + r.randint(1, min(8, target - replayed))]
+        at = min(n - 1, start + len(run) - 1 + r.randint(0, 50))
+        later.setdefault(at, []).extend(msgspec.structs.replace(rec) for rec in run)
+        replayed += len(run)
+    out: list[Record] = []
+    for i, record in enumerate(records):
+        out.append(record)
+        out.extend(later.get(i, ()))
+    return out
