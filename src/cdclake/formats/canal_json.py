@@ -40,8 +40,9 @@ events; the encoder leaves them out.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from functools import partial
 from typing import Any, ClassVar, Final
@@ -63,17 +64,19 @@ from cdclake.events import (
     ChangeEvent,
     Column,
     Row,
+    Source,
     complete_before,
     pad_position,
 )
-from cdclake.formats.base import DecodeError, Format, Option
+from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
 from cdclake.types import SqlType, parse_type
 
 Texts = dict[str, str | None]
 
 # Canal's DDL event types (open source, TiCDC) and DTS's single "DDL".
-_DDL_TYPES: Final = frozenset(("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "QUERY", "DDL"))
+_DDL_TYPES: Final = frozenset(("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "QUERY", "TRUNCATE",
+                                "DDL"))
 # Canal EventType members that are not changes; not expected in flat messages, skipped if they appear.
 _CONTROL_TYPES: Final = frozenset(("GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT"))
 _ROW_OPS: Final = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE, "INIT": READ}
@@ -90,17 +93,20 @@ _SQLTYPE_TEXT: Final = {
 }
 
 _NULL: Final = msgspec.Raw(b"null")
-_NEEDS_CODES: Final = object()  # schema-cache marker: the mysqlType lacks types, the key needs sqlType
+_NO_NAMES: Final[list[str]] = []
+_ROW_SUFFIXES: Final = 256
+_ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
 
 
-class _Tidb(msgspec.Struct):
+class _Tidb(msgspec.Struct, gc=False):
     commitTs: int | None = None
     watermarkTs: int | None = None
     onlyHandleKey: bool = False
     claimCheckLocation: str | None = None
 
 
-class _Message(msgspec.Struct):
+# gc=False: a message holds no reference cycles, and untracked objects make collections cheaper.
+class _Message(msgspec.Struct, gc=False):
     type: str
     database: str | None = None
     table: str | None = None
@@ -108,12 +114,13 @@ class _Message(msgspec.Struct):
     es: int | None = None
     sql: str | None = None
     gtid: str | None = None
-    # Kept raw: they key the per-schema converter cache and are decoded only when a schema is new.
+    # Kept raw: the type members key the schema cache and are decoded only when a schema is new; the
+    # rows are decoded by their schema's own typed decoder.
     pkNames: msgspec.Raw = _NULL
     mysqlType: msgspec.Raw = _NULL
     sqlType: msgspec.Raw = _NULL
-    data: list[Texts] | None = None
-    old: list[Texts] | None = None
+    data: msgspec.Raw = _NULL
+    old: msgspec.Raw = _NULL
     tidb: _Tidb | None = msgspec.field(default=None, name="_tidb")
 
 
@@ -121,70 +128,167 @@ _decoder: Final = msgspec.json.Decoder(_Message)
 _type_map_decoder: Final = msgspec.json.Decoder(dict[str, str] | None)
 _code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
 _names_decoder: Final = msgspec.json.Decoder(list[str] | None)
+_texts_decoder: Final = msgspec.json.Decoder(list[Texts] | None)
 _encoder: Final = msgspec.json.Encoder()
 
 Converter = Callable[[str], Any]
 
-# Families whose canonical value from_text produces with a builtin or leaves as the text; the hot loop
-# calls the builtin directly (or nothing) and leaves every other family to from_text itself.
+# Families whose canonical value from_text produces with a builtin (which msgspec also applies itself to a
+# row's JSON strings) or leaves as the text; the rest go to from_text.
 _BUILTIN: Final[dict[str, Converter]] = {T.INTEGER: int, T.YEAR: int, T.BIT: int, T.FLOAT: float,
                                          T.DOUBLE: float}
 _AS_TEXT: Final = frozenset((T.TEXT, T.JSON, T.DATE, T.DATETIME, T.TIME, T.VECTOR, T.UNKNOWN))
 
 
 def converter(t: SqlType, timestamp_zone: str | None) -> Converter | None:
-    """The text → canonical value function of one column type (``None``: the text is the value)."""
-    if t.family in _AS_TEXT:
+    """The text → canonical value function of one column type (``None``: the text is the value).
+
+    Equivalent to :func:`cdclake.values.from_text` (the tests hold them to it); it only picks, once per
+    column, the cheapest way to the same value."""
+    family = t.family
+    if family in _AS_TEXT:
         return None
-    builtin = _BUILTIN.get(t.family)
+    builtin = _BUILTIN.get(family)
     if builtin is not None:
         return builtin
-    return partial(V.from_text, t=t, timestamp_zone=timestamp_zone)
+    slow = partial(V.from_text, t=t, timestamp_zone=timestamp_zone)
+    if family == T.DECIMAL:
+        return _decimal_converter(slow)
+    if family in (T.ENUM, T.SET):
+        return _Memo(slow).__getitem__  # few distinct values per column: remember each
+    if family == T.TIMESTAMP and timestamp_zone and V.zone(timestamp_zone) is V.UTC:
+        return _utc_timestamp_converter(slow)
+    return slow
+
+
+def _decimal_converter(slow: Converter) -> Converter:
+    def decimal(text: str) -> Any:
+        # Canal and TiCDC write plain text with the column's scale; only an exponent needs rewriting.
+        return slow(text) if "e" in text or "E" in text else text
+
+    return decimal
+
+
+def _utc_timestamp_converter(slow: Converter) -> Converter:
+    def timestamp(text: str) -> Any:
+        # A UTC rendering only needs the canonical spelling; anything unusual takes the general path.
+        if len(text) < 19 or text[10] != " " or text.startswith("0000-00-00"):
+            return slow(text)
+        head = text[:10] + "T" + text[11:19]
+        dt.datetime.fromisoformat(head)  # validates the date and the clock
+        return head + text[19:] + "Z"
+
+    return timestamp
+
+
+class _Memo(dict[str, Any]):
+    """Values already converted, keyed by their text; a miss converts and remembers (up to a bound)."""
+
+    __slots__ = ("slow",)
+    LIMIT: ClassVar = 1024
+
+    def __init__(self, slow: Converter) -> None:
+        super().__init__()
+        self.slow = slow
+
+    def __missing__(self, text: str) -> Any:
+        value = self.slow(text)
+        if len(self) < self.LIMIT:
+            self[text] = value
+        return value
 
 
 class _Schema:
-    """What one (mysqlType, pkNames[, sqlType]) combination needs, built once: the columns to report,
-    the converters of the columns whose text is not their value, the key column names."""
+    """Everything one table layout (mysqlType, pkNames[, sqlType]) needs, built once.
 
-    __slots__ = ("columns", "convs", "known", "pk")
+    Rows decode on a fast path: a row Struct generated for the layout, which msgspec fills from the JSON
+    with integers and floats already converted and which refuses columns the layout does not list; the
+    remaining non-text columns then go through their converters. Whatever the fast path refuses (extra
+    columns, unusual spellings, bad values) takes the slow path: plain text rows converted column by
+    column, which keeps extra columns as text and names the column of a bad value."""
 
-    def __init__(self, types: dict[str, str], pk: list[str], timestamp_zone: str | None) -> None:
+    __slots__ = ("columns", "convs", "fast", "known", "pk", "post")
+
+    def __init__(self, database: str | None, table: str | None, types: dict[str, str], pk: list[str],
+                 timestamp_zone: str | None) -> None:
         keys = set(pk)
         self.pk = tuple(pk)
         self.columns = [Column(name, text or UNKNOWN_TYPE, name in keys) for name, text in types.items()]
         # Key columns the type map does not list are still key columns of the rows.
         self.columns += [Column(name, UNKNOWN_TYPE, True) for name in pk if name not in types]
         self.known = frozenset(c.name for c in self.columns)
-        convs = []
-        for col in self.columns:
+        convs, post, fields = [], [], []
+        for i, col in enumerate(self.columns):
             t = parse_type(col.type if col.type != UNKNOWN_TYPE else None)
             f = converter(t, timestamp_zone)
             if f is not None:
                 convs.append((col.name, f, t))
+            native = _BUILTIN.get(t.family)
+            if f is not None and native is None:
+                post.append((col.name, f, t))
+            fields.append((f"c{i}", (native or str) | None | msgspec.UnsetType,
+                           msgspec.field(name=col.name, default=msgspec.UNSET)))
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
+        self.post: tuple[tuple[str, Converter, SqlType], ...] = tuple(post)
+        self.fast: msgspec.json.Decoder[Any] | None = None
+        if fields:
+            row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
+            self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
 
-    def columns_for(self, rows: list[Texts]) -> list[Column]:
-        """The columns, plus any a row carries that the type map does not list (as ``unknown``)."""
-        extra: dict[str, None] = {}
-        for row in rows:
-            if not row.keys() <= self.known:
-                extra.update((name, None) for name in row if name not in self.known)
+    def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
+        """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
+        the layout does not list."""
+        if self.fast is not None:
+            try:
+                structs = self.fast.decode(raw)
+            except msgspec.ValidationError:
+                pass
+            else:
+                if structs is None:
+                    return None, _NO_NAMES
+                rows: list[Row] = msgspec.to_builtins(structs)
+                post = self.post
+                if post:
+                    try:
+                        for row in rows:
+                            for name, f, _ in post:
+                                text = row.get(name)
+                                if text is not None:
+                                    row[name] = f(text)
+                    except (ValueError, ArithmeticError, UnicodeError):
+                        pass  # the slow path names the column and the value
+                    else:
+                        return rows, _NO_NAMES
+                else:
+                    return rows, _NO_NAMES
+        try:
+            texts = _texts_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(f"{member}: {exc}") from None
+        if texts is None:
+            return None, _NO_NAMES
+        known = self.known
+        extra = [name for row in texts if not row.keys() <= known for name in row if name not in known]
+        return [self.convert(row, self.convs) for row in texts], extra
+
+    def columns_with(self, extra: list[str]) -> list[Column]:
+        """The layout's columns, plus columns rows carry that it does not list (as ``unknown``)."""
         if not extra:
             return self.columns
-        return self.columns + [Column(name, UNKNOWN_TYPE) for name in extra]
+        return self.columns + [Column(name, UNKNOWN_TYPE) for name in dict.fromkeys(extra)]
 
-    def convert(self, row: Texts) -> Row:
+    @staticmethod
+    def convert(row: dict[str, Any], convs: tuple[tuple[str, Converter, SqlType], ...]) -> Row:
         """Canonical values, in place: the row dict is the decoder's own, fresh for every message."""
-        values: Row = row
-        for name, f, t in self.convs:
+        for name, f, t in convs:
             text = row.get(name)
             if text is not None:
                 try:
-                    values[name] = f(text)
+                    row[name] = f(text)
                 except (ValueError, ArithmeticError, UnicodeError) as exc:
                     raise DecodeError(f"column {name!r}: value {text[:60]!r} does not fit type "
                                       f"{T.type_text(t)} ({exc})") from None
-        return values
+        return row
 
 
 def _gtid_number(gtid: str | None) -> int:
@@ -239,7 +343,8 @@ class CanalJson(Format):
         if self._zone:
             V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
         self._swap: bool = self.settings["dts-legacy-swap"]
-        self._schemas: dict[bytes, Any] = {}
+        self._compressed = self.settings["compression"] != "none"
+        self._schemas: dict[tuple[str | None, str | None], tuple[Any, Any, Any, _Schema]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors rebuild the converter cache; it is not worth shipping.
@@ -247,13 +352,34 @@ class CanalJson(Format):
 
     # ---------------------------------------------------------------------------------------- decoding
 
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        # The base loop, with each record's Source given to its events as they are made.
+        out = Decoded()
+        events, failures, name = out.events, out.failures, self.name
+        for record in records:
+            try:
+                got = self._events(record, Source(name, record.topic, record.partition, record.offset))
+            except self.fatal:
+                raise
+            except Exception as exc:
+                failures.append(Failure(record, name, reason(exc)))
+                continue
+            if got:
+                events.extend(got)
+            else:
+                out.skipped += 1
+        return out
+
     def decode_record(self, record: Record) -> list[ChangeEvent]:
+        return self._events(record, None)
+
+    def _events(self, record: Record, source: Source | None) -> list[ChangeEvent]:
         value = record.value
         if value is None:
             return []  # a tombstone: Canal never writes one, log compaction may
         if not value:
             raise DecodeError("empty message value")
-        if self.settings["compression"] != "none":
+        if self._compressed:
             decompress = _decompressor(self.settings["compression"])
             try:
                 value = decompress(value)
@@ -271,24 +397,24 @@ class CanalJson(Format):
         if op is not None:
             if msg.isDdl:
                 raise DecodeError(f"message has isDdl true but row type {kind}")
-            return self._rows(msg, op, record.offset)
-        if kind in _DDL_TYPES or kind == TRUNCATE.upper():
-            return [self._ddl(msg, record.offset)]
+            return self._rows(msg, op, record.offset, source)
+        if kind in _DDL_TYPES:
+            return [self._ddl(msg, record.offset, source)]
         if kind == _WATERMARK:
             if msg.tidb is None or msg.tidb.watermarkTs is None:
                 raise DecodeError("TIDB_WATERMARK message without _tidb.watermarkTs")
-            return [ChangeEvent(kind=RESOLVED, commit_ts=msg.tidb.watermarkTs)]
+            return [ChangeEvent(kind=RESOLVED, commit_ts=msg.tidb.watermarkTs, source=source)]
         if kind in _CONTROL_TYPES:
             return []
         raise DecodeError(f"unknown Canal event type {kind!r}")
 
-    def _ddl(self, msg: _Message, offset: int) -> ChangeEvent:
+    def _ddl(self, msg: _Message, offset: int, source: Source | None) -> ChangeEvent:
         sql = msg.sql or ""
         truncate = msg.type == "TRUNCATE" or (msg.type == "DDL" and _TRUNCATE_SQL.match(sql) is not None)
         return ChangeEvent(kind=TRUNCATE if truncate else DDL, database=msg.database or None,
                            table=msg.table or None, commit_ts=self._commit_ts(msg),
                            position=pad_position(_gtid_number(msg.gtid), offset, 0), ts_ms=msg.es,
-                           ddl=None if truncate else sql)
+                           ddl=None if truncate else sql, source=source)
 
     @staticmethod
     def _commit_ts(msg: _Message) -> int | None:
@@ -298,38 +424,50 @@ class CanalJson(Format):
         return msg.es
 
     def _schema(self, msg: _Message) -> _Schema:
-        key = bytes(msg.mysqlType) + b"\x00" + bytes(msg.pkNames)
-        schema = self._schemas.get(key)
-        if schema is _NEEDS_CODES:
-            key += b"\x00" + bytes(msg.sqlType)
-            schema = self._schemas.get(key)
-        return schema if schema is not None else self._new_schema(msg, key)
-
-    def _new_schema(self, msg: _Message, key: bytes) -> _Schema:
+        # Per table, the last layout seen: comparing raw members is cheaper than hashing them.
+        name = (msg.database, msg.table)
+        entry = self._schemas.get(name)
+        if entry is not None:
+            raw_types, raw_pk, raw_codes, known = entry
+            if raw_types == msg.mysqlType and raw_pk == msg.pkNames and (raw_codes is None
+                                                                         or raw_codes == msg.sqlType):
+                return known
         try:
             types = _type_map_decoder.decode(msg.mysqlType) or {}
             pk = _names_decoder.decode(msg.pkNames) or []
-            codes = _code_map_decoder.decode(msg.sqlType) or {} if not types or "" in types.values() else None
+            codes = None
+            if not types or "" in types.values():
+                codes = _code_map_decoder.decode(msg.sqlType) or {}
         except msgspec.ValidationError as exc:
             raise DecodeError(f"not a Canal-JSON message: {exc}") from None
+        if codes:
+            # Columns without type text take it from sqlType (which then belongs to the layout).
+            types = {column: types.get(column) or _SQLTYPE_TEXT.get(codes.get(column, 0), "")
+                     for column in dict.fromkeys([*types, *codes])}
         if len(self._schemas) >= self.MAX_SCHEMAS:
             self._schemas.clear()
-        if codes is not None:
-            # Columns without type text take it from sqlType, so sqlType joins the cache key.
-            if key.count(b"\x00") == 1:
-                self._schemas[key] = _NEEDS_CODES
-                key += b"\x00" + bytes(msg.sqlType)
-            types = {name: types.get(name) or _SQLTYPE_TEXT.get(codes.get(name, 0), "")
-                     for name in dict.fromkeys([*types, *codes])}
-        schema = self._schemas[key] = _Schema(types, pk, self._zone)
+        schema = _Schema(msg.database, msg.table, types, pk, self._zone)
+        # The raw members are views of the message bytes: one message per table stays referenced.
+        self._schemas[name] = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType, schema)
         return schema
 
-    def _rows(self, msg: _Message, op: str, offset: int) -> list[ChangeEvent]:
+    def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:
         database, table = msg.database, msg.table
         if not table:
             raise DecodeError(f"{msg.type} message without table")
-        data, old = msg.data, msg.old
-        if op == DELETE and (self._swap or not data) and old:
+        tidb = msg.tidb
+        if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
+            where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
+            raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
+                              f"applied")
+        schema = self._schema(msg)
+        data, extra = schema.rows(msg.data, "data")
+        old: list[Row] | None = None
+        if op == UPDATE or (op == DELETE and (self._swap or not data)):
+            old, old_extra = schema.rows(msg.old, "old")
+            extra = extra + old_extra
+        columns = schema.columns_with(extra) if extra else schema.columns
+        if op == DELETE and old and (self._swap or not data):
             images, partial_images = old, None  # DTS legacy: the deleted row is in old
         elif op == UPDATE and self._swap:
             if data is None or old is None:
@@ -338,41 +476,40 @@ class CanalJson(Format):
         else:
             if data is None:
                 raise DecodeError(f"{msg.type} message without data rows")
-            images, partial_images = data, old if op == UPDATE else None
+            images, partial_images = data, old
         if partial_images is not None and len(partial_images) != len(images):
             raise DecodeError(f"UPDATE has {len(images)} data rows but {len(partial_images)} old rows")
-        tidb = msg.tidb
-        if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
-            where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
-            raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
-                              f"applied")
-        schema = self._schema(msg)
-        columns = schema.columns_for(images if partial_images is None else images + partial_images)
         pk = schema.pk
-        commit_ts = self._commit_ts(msg)
-        txn = _gtid_number(msg.gtid)
+        single_key = pk[0] if len(pk) == 1 else None
+        commit_ts = tidb.commitTs if tidb is not None and tidb.commitTs is not None else msg.es
+        gtid = msg.gtid
+        # pad_position(txn, offset, row), spelled out: this is the hot loop
+        prefix = "%020d/%020d/" % (_gtid_number(gtid) if gtid else 0, offset)  # noqa: UP031
         es = msg.es
         swapped = self._swap and op == UPDATE
         events = []
-        for i, texts in enumerate(images):
-            image = schema.convert(texts)
+        for i, image in enumerate(images):
             if op == DELETE:
-                before, after = image, None
+                before, after, identity = image, None, image
             elif partial_images is None:
-                before, after = None, image
+                before, after, identity = None, image, image
             elif swapped:
-                before, after = image, complete_before(image, schema.convert(partial_images[i]))
+                before = image
+                after = identity = complete_before(image, partial_images[i])
             else:
-                before, after = complete_before(image, schema.convert(partial_images[i])), image
-            identity = after if after is not None else before
-            for name in pk:
-                if name not in identity:
-                    raise DecodeError(f"{msg.type} row {i} lacks primary-key column {name!r}")
+                before, after, identity = complete_before(image, partial_images[i]), image, image
+            try:
+                if single_key is not None:
+                    key: Row | None = {single_key: identity[single_key]}
+                else:
+                    key = {name: identity[name] for name in pk} if pk else None
+            except KeyError as exc:
+                raise DecodeError(f"{msg.type} row {i} lacks primary-key column {exc}") from None
             events.append(ChangeEvent(
-                kind=ROW, op=op, database=database, table=table,
-                key={name: identity[name] for name in pk} if pk else None,
-                before=before, after=after, columns=columns, commit_ts=commit_ts,
-                position=pad_position(txn, offset, i), ts_ms=es))
+                kind=ROW, op=op, database=database, table=table, key=key, before=before, after=after,
+                columns=columns, commit_ts=commit_ts,
+                position=prefix + (_ROW_SUFFIX[i] if i < _ROW_SUFFIXES else f"{i:020d}"), ts_ms=es,
+                source=source))
         return events
 
     # ---------------------------------------------------------------------------------------- encoding
