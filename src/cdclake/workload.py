@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
+from cdclake import ddl as ddl_actions
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.events import (
@@ -758,10 +758,6 @@ def simulate(events: int, *, profile: Profile = DEFAULT_PROFILE, seed: int = 0, 
 # ---------------------------------------------------------------------------------------------------------
 # Folding events into table state: the planner's contract, in plain Python
 
-_ALTER: Final = re.compile(
-    r"^\s*ALTER\s+TABLE\s+\S+\s+(ADD|DROP)\s+(?:COLUMN\s+)?(`(?:[^`]|``)+`|[^\s,;]+)", re.IGNORECASE)
-
-
 def _key_of(key: Mapping[str, Any]) -> KeyTuple:
     return tuple(sorted(key.items()))
 
@@ -773,27 +769,18 @@ def _event_key(event: ChangeEvent, image: Row | None) -> KeyTuple | None:
     return _key_of({name: image.get(name) for name in names})
 
 
-def _unquote(name: str) -> str:
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
-
-
 def fold(events: Iterable[ChangeEvent]) -> State:
-    """The state a correct pipeline reaches from these events, by the planner's contract: events in
-    (commit_ts, position) order (stable, so the given order breaks ties), exact replays (same commit_ts and
-    position) applied once, an update whose key changes applied as delete-old + insert-new. DDL applies to
-    the rows present: ADD COLUMN gives them a NULL column, DROP COLUMN removes it, TRUNCATE and CREATE TABLE
-    empty the table, DROP TABLE removes it; all are idempotent, so a redelivered DDL is harmless."""
-    ordered = sorted((e for e in events if e.kind != RESOLVED),
-                     key=lambda e: (e.commit_ts or 0, e.position or ""))
+    """The state a correct pipeline reaches from these events, by the planner's contract: one stable sort
+    by (commit_ts, position), so a redelivered copy with the same commit_ts and position lands next to its
+    original and re-applies the same change; inserts and updates write their whole after image, an update
+    whose key changes deletes the old key, deletes remove the key. DDL is applied as :func:`cdclake.ddl.parse`
+    reads it (ADD COLUMN gives present rows a NULL column, DROP COLUMN removes it, TRUNCATE empties the table,
+    DROP TABLE removes it, RENAME TABLE moves it); every action is idempotent, so a redelivered or broadcast
+    DDL is harmless."""
+    ordered = sorted((e for e in events if e.kind != RESOLVED), key=lambda e: (e.commit_ts or 0, e.position or ""))
     state: State = {}
-    seen: set[tuple[int | None, str]] = set()
     for event in ordered:
         ident = (event.database or "", event.table or "")
-        if event.position is not None:
-            mark = (event.commit_ts, event.position)
-            if mark in seen:
-                continue
-            seen.add(mark)
         if event.kind == ROW:
             rows = state.setdefault(ident, {})
             if event.op == DELETE:
@@ -813,30 +800,30 @@ def fold(events: Iterable[ChangeEvent]) -> State:
         elif event.kind == TRUNCATE:
             state[ident] = {}
         elif event.kind == DDL:
-            _apply_ddl(state, ident, event.ddl or "")
+            for action in ddl_actions.parse(event.ddl or ""):
+                _apply(state, ident, action)
     return state
 
 
-def _apply_ddl(state: State, ident: tuple[str, str], statement: str) -> None:
-    words = statement.split(None, 2)
-    head = " ".join(words[:2]).upper()
-    if head == "TRUNCATE TABLE" or (words and words[0].upper() == "TRUNCATE"):
+def _apply(state: State, ident: tuple[str, str], action: ddl_actions.Action) -> None:
+    rows = state.get(ident, {})
+    if isinstance(action, ddl_actions.Truncate):
         state[ident] = {}
-    elif head == "DROP TABLE":
+    elif isinstance(action, ddl_actions.DropTable):
         state.pop(ident, None)
-    elif head == "CREATE TABLE":
-        state[ident] = {}
-    elif (match := _ALTER.match(statement)) is not None:
-        name = _unquote(match.group(2))
-        rows = state.get(ident, {})
-        if match.group(1).upper() == "ADD":
-            for key, row in rows.items():
-                if name not in row:
-                    rows[key] = {**row, name: None}
-        else:
-            for key, row in rows.items():
-                if name in row:
-                    rows[key] = {n: v for n, v in row.items() if n != name}
+    elif isinstance(action, ddl_actions.RenameTable):
+        state[(action.database or ident[0], action.table)] = state.pop(ident, {})
+    elif isinstance(action, ddl_actions.AddColumn):
+        for key, row in rows.items():
+            if action.name not in row:
+                rows[key] = {**row, action.name: None}
+    elif isinstance(action, ddl_actions.DropColumn):
+        for key, row in rows.items():
+            if action.name in row:
+                rows[key] = {n: v for n, v in row.items() if n != action.name}
+    elif isinstance(action, ddl_actions.ModifyColumn) and action.new_name:
+        for key, row in rows.items():
+            rows[key] = {(action.new_name if n == action.name else n): v for n, v in row.items()}
 
 
 def _sort_key(key: KeyTuple) -> tuple[Any, ...]:
