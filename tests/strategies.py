@@ -12,15 +12,7 @@ from cdclake import types as T
 from cdclake import values as V
 from cdclake.events import Column
 from cdclake.types import SqlType, parse_type
-
-# One column of every MySQL/TiDB type family the formats carry.
-ALL_TYPES: tuple[str, ...] = (
-    "tinyint", "tinyint unsigned", "smallint", "smallint unsigned", "mediumint", "mediumint unsigned",
-    "int", "int unsigned", "bigint", "bigint unsigned", "decimal(10,2)", "decimal(38,10)", "decimal(65,0)",
-    "float", "double", "bit(1)", "bit(10)", "bit(64)", "date", "datetime", "datetime(3)", "datetime(6)",
-    "timestamp", "timestamp(6)", "time", "time(6)", "year", "char(10)", "varchar(255)", "text",
-    "binary(16)", "varbinary(64)", "blob", "json", "enum('a','b','c d')", "set('x','y','z')",
-)
+from cdclake.workload import ALL_TYPES  # one column of every MySQL/TiDB type family the formats carry
 
 _MIN_DATETIME = dt.datetime(1000, 1, 1)
 _MAX_DATETIME = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
