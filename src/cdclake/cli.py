@@ -159,5 +159,45 @@ def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -
     typer.echo(S.render(S.collect(str(lake))))
 
 
+@app.command()
+def generate(
+    format_name: FormatName,
+    out: Annotated[Path, typer.Option("--out", help="Directory for records/, expected/ and manifest.json.")],
+    events: Annotated[int, typer.Option(min=1, help="Change events to simulate.")] = 10_000,
+    tables: Annotated[int, typer.Option(min=1, help="Tables in the simulated database.")] = 3,
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same data.")] = 0,
+    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions per topic.")] = 1,
+    replays: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fraction of records delivered twice.")] = 0.0,
+    option: OptionPairs = None,
+) -> None:
+    """Simulate a source database and write its changes as FORMAT records, with the expected final state."""
+    from cdclake import workload as W
+
+    try:
+        options = parse_options(formats.get(format_name), option or [])
+        formats.create(format_name, options)  # bad options fail here, before any work
+        generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
+                               replays=replays, options=options)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    # Files for now; a --kafka HOST:PORT output would produce the same records, in the same order, to a broker.
+    files = W.write_generated(out, generated)
+    profile = W.profile_for(format_name, options)
+    manifest = generated.manifest
+    typer.echo(f"{format_name}: {manifest['events']} events ({_counts(manifest['event_counts'])}) → "
+               f"{manifest['records']} records in {len(files)} files under {out / W.RECORDS_DIR}; "
+               f"expected: {manifest['expected_rows']} rows in {len(generated.expected)} tables", err=True)
+    if replays and not profile.replay_safe:
+        typer.echo(f"note: {format_name} cannot make a redelivered record harmless (no exact commit order), "
+                   "so a pipeline may not reach the expected state from these replays", err=True)
+    if partitions > 1 and not profile.ordered:
+        typer.echo(f"note: {format_name} cannot order a key's changes across partitions, so a key change that "
+                   "moves a row to another partition may be applied out of order", err=True)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+
+
 def main() -> None:
     app()
