@@ -381,7 +381,12 @@ def read_payload(parsed: ParsedSchema, data: bytes, schema_id: int) -> Any:
 def write_datum(registry: SchemaRegistry, subject: str, schema: dict[str, Any], datum: Any) -> bytes:
     """Register ``schema`` under ``subject`` and return ``datum`` written with it, framed."""
     schema_id = registry.register(subject, schema)
+    return write_payload(schema_id, registry.schema(schema_id), datum)
+
+
+def write_payload(schema_id: int, parsed: ParsedSchema, datum: Any) -> bytes:
+    """``datum`` written with an already registered and parsed schema, framed: the encoders' hot path."""
     stream = io.BytesIO()
     stream.write(_HEADER.pack(MAGIC, schema_id))
-    fastavro.schemaless_writer(stream, registry.schema(schema_id), datum)
+    fastavro.schemaless_writer(stream, parsed, datum)
     return stream.getvalue()

@@ -39,6 +39,8 @@ _MODULES: dict[str, str] = {
     "canal-json": "cdclake.formats.canal_json",
     "debezium-json": "cdclake.formats.debezium_json",
     "shareplex-json": "cdclake.formats.shareplex_json",
+    "ticdc-open": "cdclake.formats.ticdc_open",
+    "ticdc-avro": "cdclake.formats.ticdc_avro",
 }
 
 
