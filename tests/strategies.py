@@ -34,7 +34,8 @@ def canonical_value(t: SqlType) -> st.SearchStrategy[object]:
     if f == T.DECIMAL:
         precision, scale = t.length or 10, t.scale or 0
         bound = 10 ** precision - 1
-        return st.integers(-bound, bound).map(lambda n: V.decimal_text(Decimal(n).scaleb(-scale), scale))
+        return st.integers(-bound, bound).map(
+            lambda n: V.decimal_text(Decimal(n).scaleb(-scale, V.DECIMAL_CONTEXT), scale))  # exact beyond 28 digits
     if f == T.FLOAT:
         return st.floats(width=32, allow_nan=False, allow_infinity=False).map(lambda x: x + 0.0)
     if f == T.DOUBLE:
