@@ -368,9 +368,11 @@ def read_payload(parsed: ParsedSchema, data: bytes, schema_id: int) -> Any:
     stream.seek(HEADER_SIZE)
     try:
         datum = fastavro.schemaless_reader(stream, parsed, None)
-    except (EOFError, StopIteration, IndexError, struct.error) as exc:
-        raise DecodeError(f"Avro datum for schema id {schema_id} is truncated ({type(exc).__name__})") from None
     except Exception as exc:
+        # fastavro reports a short read in several ways (EOFError, struct.error, IndexError…); having
+        # reached the end of the data is what tells truncation from a malformed datum (a bad union branch).
+        if isinstance(exc, EOFError | StopIteration) or stream.tell() >= len(data):
+            raise DecodeError(f"Avro datum for schema id {schema_id} is truncated ({type(exc).__name__})") from None
         raise DecodeError(f"Avro datum for schema id {schema_id} is malformed: {type(exc).__name__}: {exc}") from None
     if stream.tell() != len(data):
         extra = len(data) - stream.tell()
