@@ -1,0 +1,276 @@
+"""``debezium-json``: Debezium change events written by Kafka Connect's JsonConverter.
+
+Each of the Kafka key and value is either ``{"schema": …, "payload": …}`` (``schemas.enable=true``) or the
+bare payload; the form is detected per message. With a schema, decoding is driven by it: the schema is
+compiled once (cached by its bytes) into a typed msgspec decoder for the payload and a converter per column,
+so a message costs one pass over its payload plus the columns that need converting. Without a schema,
+values are taken as JSON gives them and column types are ``unknown``.
+
+The Kafka key gives the event's ``key`` (converted with the value schema's column converters, which know
+the source types). Tombstones (null value), transaction-metadata and heartbeat values, and op ``m`` carry
+no change and decode to ``[]``; schema-change-topic values become DDL events. Envelope semantics and
+semantic types are in :mod:`cdclake.formats.debezium_common`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any, Final
+
+import msgspec
+
+from cdclake.events import ChangeEvent, Row
+from cdclake.formats.base import DecodeError, Option
+from cdclake.formats.debezium_common import (
+    DECIMAL,
+    DebeziumFormat,
+    EnvelopeWriter,
+    FieldSpec,
+    RowShape,
+    Source,
+    Wire,
+    connect_spec,
+    envelope_events,
+    envelope_rows,
+    key_names_of,
+    schema_change_events,
+    schemaless_columns,
+)
+from cdclake.records import Record
+
+_ABSENT: Final = msgspec.Raw()
+
+
+class _Message(msgspec.Struct, gc=False):
+    """A value of either form: ``schema`` + ``payload``, or the payload's own members."""
+
+    schema: msgspec.Raw = _ABSENT
+    payload: msgspec.Raw = _ABSENT
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    source: Source | None = None
+    op: str | None = None
+    ts_ms: int | None = None
+    ddl: str | None = None
+    database_name: str | None = msgspec.field(default=None, name="databaseName")
+    status: str | None = None
+
+
+_message_decoder: Final = msgspec.json.Decoder(_Message)
+_encoder: Final = msgspec.json.Encoder()
+
+# Connect literal types → the Python type msgspec validates a payload value against.
+_PY_TYPES: Final[dict[str, Any]] = {
+    "int8": int, "int16": int, "int32": int, "int64": int, "float": float, "double": float, "boolean": bool,
+    "string": str, "bytes": str,
+}
+
+
+def _value_type(spec: FieldSpec) -> Any:
+    # Decimals may be base64 text or (decimal.format=NUMERIC) numbers, read exactly through the Decimal hook.
+    py = Any if spec.semantic == DECIMAL else _PY_TYPES.get(spec.type, Any)
+    return py if py is Any else py | None
+
+
+def _row_type(spec: FieldSpec, name: str) -> type[msgspec.Struct]:
+    fields = [(f"f{i}", _value_type(f), None) for i, f in enumerate(spec.fields)]
+    # gc=False: rows hold only scalars (and plain containers), so the collector need not track them.
+    return msgspec.defstruct(name, fields, rename={f"f{i}": f.name for i, f in enumerate(spec.fields)}, gc=False)
+
+
+class _Table:
+    """One value schema, compiled: a typed payload decoder and the row shapes."""
+
+    __slots__ = ("after", "before", "decoder")
+
+    def __init__(self, schema: bytes, wire: Wire) -> None:
+        try:
+            envelope = connect_spec(msgspec.json.decode(schema))
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"value schema is not JSON: {exc}") from None
+        before, after = envelope_rows(envelope)
+        self.before = RowShape(before, wire) if before is not None else None
+        self.after = (self.before if after == before else RowShape(after, wire)) if after is not None else None
+        if self.after is None and self.before is None:
+            self.decoder = None  # not a change envelope (schema change, heartbeat, transaction topics)
+            return
+        before_type = _row_type(before, "Before") if before is not None else Any
+        after_type = (before_type if after == before else _row_type(after, "After")) if after is not None else Any
+        envelope_type = msgspec.defstruct("Envelope", [
+            ("before", before_type | None, None), ("after", after_type | None, None),
+            ("source", Source | None, None), ("op", str | None, None), ("ts_ms", int | None, None),
+        ], gc=False)
+        self.decoder = msgspec.json.Decoder(envelope_type, float_hook=Decimal)
+
+
+def _row(shape: RowShape | None, row: Any) -> Row | None:
+    if row is None:
+        return None
+    if shape is None:
+        return row
+    return shape.convert(list(msgspec.structs.astuple(row)))
+
+
+class DebeziumJson(DebeziumFormat):
+    name = "debezium-json"
+    options = (*DebeziumFormat.options,
+               Option("schemas-enable", True, "Encoder: write {schema, payload} (JsonConverter schemas.enable)"))
+
+    def _wire(self) -> Wire:
+        return Wire(base64_bytes=True, binary_mode=self.settings["binary-handling-mode"])
+
+    def _table(self, raw: msgspec.Raw) -> _Table:
+        last = self._caches.get("last")
+        if last is not None and last[0] == raw:
+            return last[1]
+        schema = bytes(raw)
+        tables = self.cache("tables")
+        table = tables.get(schema)
+        if table is None:
+            table = tables[schema] = _Table(schema, self._wire())
+        # JsonConverter writes compactly, schema first: the next message of this table most likely starts
+        # with exactly these bytes, so its payload can be sliced out without scanning the schema again.
+        self._caches["last"] = (raw.copy(), table, b'{"schema":' + schema + b',"payload":')
+        return table
+
+    def decode_record(self, record: Record) -> list[ChangeEvent]:
+        value = record.value
+        if value is None:
+            return []  # tombstone
+        last = self._caches.get("last")
+        if last is not None and last[1].decoder is not None and value.startswith(last[2]) and value.endswith(b"}"):
+            try:
+                envelope = last[1].decoder.decode(memoryview(value)[len(last[2]):-1])
+            except msgspec.DecodeError:
+                pass  # not the compact form after all: the full path below reads it, or says what is wrong
+            else:
+                return self._row_events(record, last[1], envelope)
+        try:
+            message = _message_decoder.decode(value)
+        except msgspec.DecodeError as exc:
+            if value.strip() == b"null":
+                return []
+            raise DecodeError(f"value is not a Debezium JSON message: {exc}") from None
+        if not len(message.payload) and not len(message.schema):
+            return self._row_events(record, None, message)
+        payload, schema = message.payload, message.schema
+        if not len(payload) or bytes(payload).strip() == b"null":
+            return []
+        table = self._table(schema) if len(schema) and bytes(schema).strip() != b"null" else None
+        decoder = _message_decoder if table is None or table.decoder is None else table.decoder
+        try:
+            envelope = decoder.decode(payload)
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"payload: {exc}") from None
+        return self._row_events(record, table if decoder is not _message_decoder else None, envelope)
+
+    def _row_events(self, record: Record, table: _Table | None, envelope: Any) -> list[ChangeEvent]:
+        """Events of a decoded envelope: typed rows of ``table``'s schema, or schemaless dicts."""
+        if envelope.op is None:
+            return self._non_change(envelope)
+        if table is None:
+            shape = None
+            before, after = envelope.before, envelope.after
+        else:
+            shape = table.after or table.before
+            before = _row(table.before, envelope.before)
+            after = _row(table.after, envelope.after)
+        key = self._key(record.key, shape) if record.key is not None else None
+        names = key_names_of(key)
+        if shape is not None:
+            columns = shape.columns(names)
+        else:
+            image = after if after is not None else before if before is not None else key or {}
+            columns = schemaless_columns(image, names)
+        return envelope_events(envelope.op, before, after, envelope.source, key, columns)
+
+    @staticmethod
+    def _non_change(envelope: Any) -> list[ChangeEvent]:
+        ddl = getattr(envelope, "ddl", None)
+        if ddl is not None:
+            return schema_change_events(ddl, getattr(envelope, "database_name", None), envelope.source)
+        if getattr(envelope, "status", None) in ("BEGIN", "END"):
+            return []  # transaction metadata topic
+        if (envelope.ts_ms is not None and envelope.source is None and envelope.before is None
+                and envelope.after is None):
+            return []  # heartbeat
+        raise DecodeError("the value has no op: not a Debezium change event")
+
+    def _key(self, data: bytes, shape: RowShape | None) -> Row | None:
+        try:
+            message = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"key is not JSON: {exc}") from None
+        if message is None:
+            return None
+        if not isinstance(message, dict):
+            raise DecodeError(f"key is not a JSON object but {type(message).__name__}")
+        if message.keys() == {"schema", "payload"} and isinstance(message["schema"], dict):
+            payload = message["payload"]
+            if payload is None:
+                return None
+            if not isinstance(payload, dict):
+                raise DecodeError("key payload is not an object")
+            if shape is None:
+                shape = self._key_shape(message["schema"])
+            message = payload
+        return shape.convert_key(message) if shape is not None else message
+
+    def _key_shape(self, schema: dict[str, Any]) -> RowShape:
+        text = _encoder.encode(schema)
+        shapes = self.cache("key-shapes")
+        shape = shapes.get(text)
+        if shape is None:
+            spec = connect_spec(schema)
+            if spec.type != "struct":
+                raise DecodeError(f"key schema is {spec.type}, not a struct")
+            shape = shapes[text] = RowShape(spec, self._wire())
+        return shape
+
+    # -------------------------------------------------------------------------------------- encoding
+
+    def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
+        writer = EnvelopeWriter(self.settings, self.cache("encode-tables"))
+        with_schema = self.settings["schemas-enable"]
+        records: list[Record] = []
+        for planned in writer.plan(events):
+            table = planned.table
+            if table.serialized is None:
+                table.serialized = (_schema_bytes(table.key), _schema_bytes(table.envelope))
+            key_schema, value_schema = table.serialized
+            key = None if planned.key is None else _message(key_schema, planned.key, with_schema)
+            value = None if planned.value is None else _message(value_schema, planned.value, with_schema)
+            headers = [(name, _encoder.encode(header)) for name, header in planned.headers]
+            records.append(Record(key=key, value=value, topic=table.topic, timestamp=planned.timestamp,
+                                  headers=headers))
+        return records
+
+
+def _connect_schema(spec: FieldSpec, as_field: bool) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": spec.type}
+    if spec.type == "struct":
+        schema["fields"] = [_connect_schema(f, True) for f in spec.fields]
+    schema["optional"] = spec.optional
+    if spec.semantic:
+        schema["name"] = spec.semantic
+        schema["version"] = 1
+    if spec.params:
+        schema["parameters"] = dict(spec.params)
+    if as_field:
+        schema["field"] = spec.name
+    return schema
+
+
+def _schema_bytes(spec: FieldSpec | None) -> bytes | None:
+    return None if spec is None else _encoder.encode(_connect_schema(spec, False))
+
+
+def _message(schema: bytes | None, payload: dict[str, Any], with_schema: bool) -> bytes:
+    body = _encoder.encode(payload)
+    if not with_schema or schema is None:
+        return body
+    return b'{"schema":' + schema + b',"payload":' + body + b"}"
+
+
+FORMAT = DebeziumJson
