@@ -195,6 +195,66 @@ def generate(
                    "moves a row to another partition may be applied out of order", err=True)
 
 
+@app.command()
+def verify(
+    files: Annotated[list[Path], typer.Argument(help="Captured-records files.")],
+    format_name: FormatName,
+    registry: Annotated[str, typer.Option(help="Schema registry: http(s)://[user:password@]host:port or a "
+                                          "folder of <id>.avsc files.")] = "",
+    option: OptionPairs = None,
+) -> None:
+    """Recompute each row's checksum and compare it with the one in the message (e.g. TiCDC's row checksum).
+
+    Lists every row that mismatched, was flagged corrupted by the producer, or could not be decoded, then the
+    counts, with why rows were skipped. Exits 1 when any row mismatched, was flagged or failed to decode."""
+    from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
+
+    try:
+        cls = formats.get(format_name)
+        options = parse_options(cls, option or [])
+        if registry:
+            options["registry"] = registry
+        fmt = formats.create(format_name, options)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if not hasattr(fmt, "verify"):
+        raise _fail(f"format {format_name} carries no row checksum to verify")
+    for path in files:
+        if not path.is_file():
+            raise _fail(f"{path}: no such file")
+    counts = dict.fromkeys((OK, MISMATCH, CORRUPTED, SKIPPED, FAILED), 0)
+    skipped: dict[str, int] = {}
+    records = 0
+    for batch in _batches(files):
+        lines = [line for line in batch if line.record is not None]
+        records += len(batch)
+        for line in batch:
+            if line.record is None:
+                counts[FAILED] += 1
+                typer.echo(f"{line.path}:{line.line}: failed: {line.error}")
+        for line, check in zip(lines, fmt.verify([line.record for line in lines]), strict=True):
+            counts[check.status] += 1
+            if check.status == SKIPPED:
+                skipped[check.reason] = skipped.get(check.reason, 0) + 1
+            elif check.status != OK:
+                row = f"{check.database}.{check.table} key={_json_text(check.key)} commit_ts={check.commit_ts}"
+                label = "flagged corrupted" if check.status == CORRUPTED else check.status
+                typer.echo(f"{line.path}:{line.line}: {label}: {row if check.table else check.where}: {check.reason}")
+    checked = counts[OK] + counts[MISMATCH] + counts[CORRUPTED]
+    typer.echo(f"{records} records: {checked} rows checked, {counts[OK]} ok, {counts[MISMATCH]} mismatched, "
+               f"{counts[CORRUPTED]} flagged corrupted, {counts[SKIPPED]} skipped, {counts[FAILED]} failed to decode")
+    for why, count in sorted(skipped.items(), key=lambda item: -item[1]):
+        typer.echo(f"  skipped {count}: {why}")
+    if counts[MISMATCH] or counts[CORRUPTED] or counts[FAILED]:
+        raise typer.Exit(1)
+
+
+def _json_text(value: object) -> str:
+    import msgspec
+
+    return msgspec.json.encode(value).decode()
+
+
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
 
