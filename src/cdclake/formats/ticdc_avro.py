@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -72,9 +73,10 @@ from cdclake.events import (
     ChangeEvent,
     Checksum,
     Column,
+    Source,
     pad_position,
 )
-from cdclake.formats.base import DecodeError, Format, Option
+from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED, RowCheck
 from cdclake.integrity.ticdc_checksum import (
     ChecksumInputError,
@@ -109,6 +111,7 @@ DELETE_MARKER: Final = 0x03
 _OPS: Final = {"c": INSERT, "u": UPDATE, "d": DELETE, "": UPDATE, None: UPDATE}
 _RANK_DELETE: Final = 0
 _RANK_UPSERT: Final = 1
+_ID: Final = struct.Struct(">i").unpack_from
 _RANK_PREFIX: Final = {rank: pad_position(rank, "") for rank in (_RANK_DELETE, _RANK_UPSERT)}
 _U64: Final = 1 << 64
 _I63: Final = 1 << 63
@@ -251,6 +254,7 @@ class _Plan:
         "fast",
         "has_checksum",
         "names",
+        "order",
         "parsed",
         "table",
         "tail",
@@ -273,6 +277,7 @@ class _Plan:
             encoders.append(encoder)
         self.cols = cols
         self.names = frozenset(c.name for c in cols)
+        self.order = tuple(c.name for c in cols)
         self.converters = tuple((c.name, c.convert) for c in cols if c.convert is not None)
         self.tail = tuple(str(f.get("name")) for f in fields[end:])
         self.has_checksum = CHECKSUM_FIELD in self.tail
@@ -456,6 +461,9 @@ _CHECKSUM_FIELDS: Final = (
 # compare both paths on every generated row.
 
 
+_VARINT_END: Final = re.compile(rb"[\x80-\xff]{0,9}[\x00-\x7f]").match
+
+
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     """A multi-byte Avro varint (the one-byte case is inlined): its raw unsigned value and end."""
     byte = data[pos]
@@ -491,6 +499,9 @@ def _emit_long(out: _Emitter, depth: int, var: str) -> None:
         f"{var} = data[p]",
         f"if {var} < 128:",
         "    p += 1",
+        "elif data[p + 1] < 128:",
+        f"    {var} = ({var} & 127) | data[p + 1] << 7",
+        "    p += 2",
         "else:",
         f"    {var}, p = _varint(data, p)",
         f"{var} = ({var} >> 1) ^ -({var} & 1)",
@@ -601,7 +612,7 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
     ncols = len(plan.cols)
     checksum = plan.has_checksum
     out = _Emitter()
-    out.emit(0, "def read(data):", "    p = 5", "    crc = 0")
+    out.emit(0, "def read(data, _crc=_crc, _q=_q, _u32=_u32, _varint=_varint):", "    p = 5", "    crc = 0")
     for var in _TAIL_VARS.values():
         out.emit(1, f"{var} = None")
     for i, (field, col) in enumerate(zip(fields[:ncols], plan.cols, strict=True)):
@@ -618,6 +629,7 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
             out.emit(1, "else:", "    raise ValueError('bad union branch')")
         elif not _emit_column(out, 1, i, col, avro, zone_utc, checksum, encoders[i]):
             return None
+    tail_names = {f.get("name") for f in fields[ncols:]}
     for field in fields[ncols:]:
         name = field.get("name")
         if field.get("type") != _TAIL_TYPES.get(name):
@@ -628,6 +640,9 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
             out.emit(1, f"{var} = raw.decode()")
         elif field["type"] == "boolean":
             out.emit(1, f"{var} = data[p] != 0", "p += 1")
+        elif name == PHYSICAL_TIME_FIELD and COMMIT_TS_FIELD in tail_names:
+            # always commit_ts >> 18 (the TSO's physical part): skip the bytes instead of decoding them
+            out.emit(1, "p = _varint_end(data, p).end()", "phys = ts >> 18")
         else:
             _emit_long(out, 1, var)
     names = ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(plan.cols))
@@ -641,6 +656,7 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
         _varint=_varint, _crc=zlib.crc32, _u32=struct.Struct("<I").pack, _q=struct.Struct("<Q").pack,
         _d=struct.Struct("<d").pack, _f32=struct.Struct("<f").unpack_from, _f64=struct.Struct("<d").unpack_from,
         _ZERO8=bytes(8), _unscaled=V.decimal_from_unscaled, _from_bytes=int.from_bytes, _b64=V.b64,
+        _varint_end=_VARINT_END,
     )  # fmt: skip
     namespace = dict(out.env)
     exec(compile("\n".join(out.lines), f"<ticdc-avro reader {plan.table}>", "exec"), namespace)
@@ -735,15 +751,43 @@ class TicdcAvro(Format):
             self._columns[(key_id, value_id)] = columns
         return columns
 
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        # Format.decode's loop with decode_record inlined: one call less per record on the hot path.
+        out = Decoded()
+        events, failures = out.events, out.failures
+        name = self.name
+        decode_one = self._decode
+        for record in records:
+            try:
+                decoded, (status, why) = decode_one(record)
+                if status in (MISMATCH, CORRUPTED):
+                    self._corrupt(record, why)
+            except CorruptionError:
+                raise
+            except Exception as exc:
+                failures.append(Failure(record, name, reason(exc)))
+                continue
+            if not decoded:
+                out.skipped += 1
+                continue
+            source = Source(name, record.topic, record.partition, record.offset)
+            for event in decoded:
+                event.source = source
+            events.extend(decoded)
+        return out
+
+    def _corrupt(self, record: Record, why: str) -> None:
+        mode = self.settings["corruption-handling"]
+        if mode == "quarantine":
+            raise CorruptRow(why)
+        if mode == "error":
+            raise CorruptionError(f"{self.name}: record {record.where()}: {why}")
+        log.warning("%s: record %s: %s", self.name, record.where(), why)
+
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         events, (status, why) = self._decode(record)
         if status in (MISMATCH, CORRUPTED):
-            mode = self.settings["corruption-handling"]
-            if mode == "quarantine":
-                raise CorruptRow(why)
-            if mode == "error":
-                raise CorruptionError(f"{self.name}: record {record.where()}: {why}")
-            log.warning("%s: record %s: %s", self.name, record.where(), why)
+            self._corrupt(record, why)
         return events
 
     def _decode(self, record: Record) -> tuple[list[ChangeEvent], Outcome]:
@@ -751,8 +795,9 @@ class TicdcAvro(Format):
         value = record.value
         if key_data is None:
             return self._marker(record)
-        key_id = header_id(key_data)
-        key_plan = self._plan(key_id)
+        plans = self._plans
+        key_id = _ID(key_data, 1)[0] if len(key_data) > 4 and key_data[0] == 0 else header_id(key_data)
+        key_plan = plans.get(key_id) or self._plan(key_id)
         if not value or (value[0] == DELETE_MARKER and len(value) == 9):
             key = self._read(key_plan, key_data, key_id)[0]
             commit_ts = int.from_bytes(value[1:], "big") if value else None
@@ -763,21 +808,28 @@ class TicdcAvro(Format):
                 ts_ms=commit_ts >> 18 if commit_ts else record.timestamp,
             )  # fmt: skip
             return [event], _TOMBSTONE
-        value_id = header_id(value)
-        plan = self._plan(value_id)
-        row, before, op_text, commit_ts, physical, expected, corrupted, actual, problem = self._read(
-            plan, value, value_id
-        )
-        key_names = key_plan.names
-        if key_names <= row.keys():  # the key record repeats the row's key columns: take them from the row
-            key = {name: row[name] for name in key_names}
-        else:
+        value_id = _ID(value, 1)[0] if len(value) > 4 and value[0] == 0 else header_id(value)
+        plan = plans.get(value_id) or self._plan(value_id)
+        fast = plan.fast
+        try:
+            read = fast(value) if fast is not None else None
+        except Exception:  # the reference path names the problem exactly
+            read = None
+        if read is None:
+            read = _read_reference(plan, value, value_id)
+        row, before, op_text, commit_ts, physical, expected, corrupted, actual, problem = read
+        try:  # the key record repeats the row's key columns: take them from the row
+            key = {name: row[name] for name in key_plan.order}
+        except KeyError:
             key = self._read(key_plan, key_data, key_id)[0]
         op = _OPS.get(op_text)
         if op is None:
             raise DecodeError(f"unknown {OP_FIELD} {op_text!r} (expected c, u or d)")
         if plan.has_checksum:
-            checksum, outcome = _verdict(expected, corrupted, actual, problem)
+            if actual and not corrupted and expected == str(actual):  # the common case, quickly
+                checksum, outcome = Checksum(actual, actual, True), _VERIFIED
+            else:
+                checksum, outcome = _verdict(expected, corrupted, actual, problem)
         else:
             checksum, outcome = None, _NO_CHECKSUM_FIELDS
         if op == DELETE:
@@ -789,7 +841,7 @@ class TicdcAvro(Format):
             columns=self._key_columns(key_id, value_id, key_plan, plan), commit_ts=commit_ts or None,
             position=self._position(_RANK_DELETE if op == DELETE else _RANK_UPSERT, record) if commit_ts
             else _kafka_position(record),
-            ts_ms=physical or record.timestamp, checksum=checksum,
+            ts_ms=commit_ts >> 18 if commit_ts else physical or record.timestamp, checksum=checksum,
         )  # fmt: skip
         return [event], outcome
 
@@ -843,8 +895,6 @@ class TicdcAvro(Format):
             try:
                 events, (status, why) = self._decode(record)
             except Exception as exc:
-                from cdclake.formats.base import reason
-
                 checks.append(RowCheck(status=FAILED, reason=reason(exc), where=record.where()))
                 continue
             event = events[0] if events else None
