@@ -8,6 +8,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -519,7 +520,7 @@ def test_round_trip_every_type(events: list[ChangeEvent]) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(change_events(columns_of(("bigint unsigned", "decimal(65,0)", "decimal(38,10)", "decimal(10,2)",
-                                 "datetime(3)", "time", "date", "bit(1)", "bit(64)"))))
+                                 "datetime(3)", "date", "bit(1)", "bit(64)"))))
 def test_round_trip_string_and_precise_modes(events: list[ChangeEvent]) -> None:
     fmt = DebeziumJson(**{"decimal-handling-mode": "string", "bigint-unsigned-handling-mode": "precise",
                           "time-precision-mode": "connect", "tombstones-on-delete": "false"})
@@ -636,3 +637,23 @@ def test_same_schema_in_another_layout_still_decodes() -> None:
     result = DebeziumJson().decode([Record(value=v) for v in (compact, compact, spaced, extra, wrong)])
     assert [e.after for e in result.events] == [{"id": 1}, {"id": 1}, {"id": 2}, {"id": 1}]
     assert len(result.failures) == 1 and "$.after.id" in result.failures[0].reason
+
+
+def test_connect_time_precision_mode() -> None:
+    columns = [Column("id", "int", True, False), Column("t", "time(3)", False, True),
+               Column("dt", "datetime(6)", False, True)]
+    fmt = DebeziumJson(**{"time-precision-mode": "connect"})
+    event = ChangeEvent(kind="row", op="c", database="db", table="t", key={"id": 1},
+                        after={"id": 1, "t": "23:59:59.999", "dt": "2020-01-02 03:04:05.123456"}, columns=columns,
+                        commit_ts=5, ts_ms=5, position=pad_position("mysql-bin.000001", 4, 0))
+    (record,) = fmt.encode([event])
+    doc = json.loads(record.value or b"")
+    names = {f["field"]: f.get("name") for f in doc["schema"]["fields"][1]["fields"]}
+    assert names["t"] == "org.apache.kafka.connect.data.Time"
+    assert names["dt"] == "org.apache.kafka.connect.data.Timestamp"
+    assert doc["payload"]["after"]["t"] == 86399999
+    (decoded,) = fmt.decode([record]).events
+    assert decoded.after == {"id": 1, "t": "23:59:59.999", "dt": "2020-01-02 03:04:05.123000"}  # Connect keeps ms
+    too_long = msgspec.structs.replace(event, after={"id": 1, "t": "24:00:00", "dt": None})
+    with pytest.raises(ValueError, match=r"time\.precision\.mode=connect cannot carry"):
+        fmt.encode([too_long])

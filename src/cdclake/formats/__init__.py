@@ -37,6 +37,7 @@ __all__ = ["DecodeError", "Decoded", "Failure", "Format", "Option", "create", "g
 
 _MODULES: dict[str, str] = {
     "canal-json": "cdclake.formats.canal_json",
+    "debezium-avro": "cdclake.formats.debezium_avro",
     "debezium-json": "cdclake.formats.debezium_json",
     "shareplex-json": "cdclake.formats.shareplex_json",
     "ticdc-open": "cdclake.formats.ticdc_open",

@@ -825,8 +825,7 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         if adaptive:
             kind, semantic, to_wire = "int64", MICRO_TIME, V.micros_from_time_text
         else:
-            kind, semantic = "int32", CONNECT_TIME
-            to_wire = lambda v: V.micros_from_time_text(v) // 1000  # noqa: E731
+            kind, semantic, to_wire = "int32", CONNECT_TIME, _connect_time
     elif family == T.YEAR:
         kind, semantic = "int32", YEAR
     elif family == T.BINARY and t.name in ("point",):
@@ -869,6 +868,14 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
 
 _GEOMETRY_NAMES: Final = frozenset(("geometry", "linestring", "polygon", "multipoint", "multilinestring",
                                     "multipolygon", "geometrycollection", "geomcollection"))
+
+
+def _connect_time(value: str) -> int:
+    millis = V.micros_from_time_text(value) // 1000
+    if not 0 <= millis < 86_400_000:
+        # Kafka Connect's Time is a time of day; MySQL TIME beyond it needs adaptive_time_microseconds.
+        raise V.BadValue(f"TIME {value} is outside 00:00:00-24:00:00, which time.precision.mode=connect cannot carry")
+    return millis
 
 
 def _zoned_wire(value: str) -> str:

@@ -1,0 +1,332 @@
+"""``debezium-avro``: Debezium change events written by Confluent's AvroConverter.
+
+Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary); writer
+schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
+types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
+into the same :class:`~cdclake.formats.debezium_common.FieldSpec` the JSON converter builds, so both
+converters share every rule of :mod:`cdclake.formats.debezium_common`. Logical types are stripped before
+fastavro compiles the schema: the common converters want the raw wire values (days, millis, unscaled
+bytes), not fastavro's ``date``/``Decimal`` objects. Union order does not matter (the writer schema says
+which branch was written). Avro record and field names may be sanitised, so table identity comes from
+``source.db``/``source.table`` and column names from ``__debezium.source.column.name`` where present.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from cdclake import confluent
+from cdclake.events import ChangeEvent, Row
+from cdclake.formats.base import DecodeError, Option
+from cdclake.formats.debezium_common import (
+    CONNECT_DATE,
+    CONNECT_TIME,
+    CONNECT_TIMESTAMP,
+    DECIMAL,
+    MICRO_TIME,
+    MICRO_TIMESTAMP,
+    DebeziumFormat,
+    EnvelopeWriter,
+    FieldSpec,
+    RowShape,
+    Source,
+    TableSchema,
+    Wire,
+    envelope_events,
+    envelope_rows,
+    key_names_of,
+    schema_change_events,
+)
+from cdclake.formats.ticdc_avro import sanitize
+from cdclake.records import Record
+
+_AVRO_TO_CONNECT: Final = {"int": "int32", "long": "int64", "float": "float", "double": "double",
+                           "boolean": "boolean", "string": "string", "bytes": "bytes"}
+_CONNECT_TO_AVRO: Final = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float": "float",
+                           "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+_LOGICAL: Final = {"date": CONNECT_DATE, "time-millis": CONNECT_TIME, "timestamp-millis": CONNECT_TIMESTAMP,
+                   "time-micros": MICRO_TIME, "timestamp-micros": MICRO_TIMESTAMP}
+_LOGICAL_OF: Final = {CONNECT_DATE: "date", CONNECT_TIME: "time-millis", CONNECT_TIMESTAMP: "timestamp-millis"}
+_json: Final = msgspec.json.Encoder()
+
+
+# ------------------------------------------------------------------------------- Avro → FieldSpec
+
+def avro_spec(schema: Any, name: str = "", names: dict[str, Any] | None = None, namespace: str = "",
+              optional: bool = False) -> FieldSpec:
+    """A :class:`FieldSpec` from an Avro schema as the Confluent converter writes Connect schemas."""
+    names = {} if names is None else names
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise DecodeError(f"field {name!r}: union {_brief(schema)} is not an optional value")
+        return avro_spec(branches[0], name, names, namespace, len(branches) < len(schema))
+    if isinstance(schema, str):
+        if schema in _AVRO_TO_CONNECT:
+            return FieldSpec(name, _AVRO_TO_CONNECT[schema], optional=optional)
+        # An unqualified reference names a type of the enclosing namespace first.
+        target = names.get(f"{namespace}.{schema}") if namespace and "." not in schema else None
+        target = target or names.get(schema)
+        if target is None:
+            raise DecodeError(f"field {name!r}: unknown Avro type {schema!r}")
+        return avro_spec(target, name, names, namespace, optional)
+    if not isinstance(schema, dict):
+        raise DecodeError(f"field {name!r}: {_brief(schema)} is not an Avro schema")
+    kind = schema.get("type")
+    if isinstance(kind, list | dict):
+        return avro_spec(kind, name, names, namespace, optional)
+    connect_name = schema.get("connect.name")
+    params = dict(schema.get("connect.parameters") or {})
+    if kind in ("record", "enum", "fixed"):
+        namespace = _register(schema, names, namespace)
+    if kind == "record":
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            raise DecodeError(f"record {schema.get('name')!r} has no fields list")
+        specs = tuple(avro_spec(f.get("type"), str(f.get("name")), names, namespace) for f in fields)
+        return FieldSpec(name, "struct", connect_name, _params(params), optional, specs)
+    if kind == "array":
+        return FieldSpec(name, "array", connect_name, _params(params), optional,
+                         items=avro_spec(schema.get("items"), f"{name}[]", names, namespace))
+    if kind == "map":
+        return FieldSpec(name, "map", connect_name, _params(params), optional,
+                         items=avro_spec(schema.get("values"), f"{name}{{}}", names, namespace))
+    if kind == "enum":
+        return FieldSpec(name, "string", connect_name, _params(params), optional)
+    if kind == "fixed":
+        kind = "bytes"
+    if kind not in _AVRO_TO_CONNECT:
+        raise DecodeError(f"field {name!r}: unknown Avro type {kind!r}")
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        connect_name = DECIMAL
+        params["scale"] = str(schema.get("scale", 0))  # the Avro property is authoritative
+        if "precision" in schema:
+            params.setdefault("connect.decimal.precision", str(schema["precision"]))
+    elif connect_name is None and logical in _LOGICAL:
+        connect_name = _LOGICAL[logical]
+    connect_type = schema.get("connect.type") or _AVRO_TO_CONNECT[kind]
+    return FieldSpec(name, str(connect_type), connect_name, _params(params), optional)
+
+
+def _register(schema: dict[str, Any], names: dict[str, Any], namespace: str) -> str:
+    """Record the named type's full name for later references; the namespace its members inherit."""
+    name = str(schema.get("name", ""))
+    if "." in name:
+        full = name
+    else:
+        namespace = schema.get("namespace", namespace) or ""
+        full = f"{namespace}.{name}" if namespace else name
+    names[full] = schema
+    return full.rpartition(".")[0]
+
+
+def _params(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(k), str(v)) for k, v in params.items())
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def without_logical_types(schema: Any) -> Any:
+    """A copy of ``schema`` without ``logicalType``, so that fastavro yields the raw wire values."""
+    if isinstance(schema, dict):
+        return {k: without_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [without_logical_types(v) for v in schema]
+    return schema
+
+
+class _Reader:
+    """One writer schema, compiled: the fastavro schema and, for change envelopes, the row shapes."""
+
+    __slots__ = ("after", "before", "parsed", "schema_id")
+
+    def __init__(self, schema_id: int, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
+        self.schema_id = schema_id
+        try:
+            self.parsed = confluent.parse(without_logical_types(raw))
+        except Exception as exc:
+            raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {exc}") from None
+        spec = avro_spec(raw)
+        self.before = self.after = None
+        if key:
+            self.after = RowShape(spec, wire) if spec.type == "struct" else None
+            return
+        before, after = envelope_rows(spec) if spec.type == "struct" else (None, None)
+        self.before = RowShape(before, wire) if before is not None else None
+        self.after = (self.before if after == before else RowShape(after, wire)) if after is not None else None
+
+    def read(self, data: bytes) -> Any:
+        return confluent.read_payload(self.parsed, data, self.schema_id)
+
+
+def _row(shape: RowShape | None, row: Any) -> Row | None:
+    if row is None or shape is None:
+        return row
+    return shape.convert(list(row.values()))
+
+
+class DebeziumAvro(DebeziumFormat):
+    name = "debezium-avro"
+    options = (*DebeziumFormat.options,
+               Option("registry", "", "Schema registry: an http(s):// URL, a folder of <id>.avsc files, or memory:"))
+
+    def registry(self) -> confluent.SchemaRegistry:
+        """The registry (created on first use; kept across pickling, registries are picklable)."""
+        registry = self.__dict__.get("_registry")
+        if registry is None:
+            if not self.settings["registry"]:
+                raise DecodeError("debezium-avro needs the registry option (URL, folder or memory:)")
+            registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
+        return registry
+
+    def _reader(self, schema_id: int, *, key: bool = False) -> _Reader:
+        readers = self.cache("key-readers" if key else "readers")
+        reader = readers.get(schema_id)
+        if reader is None:
+            raw = self.registry().raw_schema(schema_id)
+            reader = readers[schema_id] = _Reader(schema_id, raw, self._wire(), key=key)
+        return reader
+
+    def _wire(self) -> Wire:
+        return Wire(base64_bytes=False, binary_mode=self.settings["binary-handling-mode"])
+
+    def decode_record(self, record: Record) -> list[ChangeEvent]:
+        value = record.value
+        if value is None:
+            return []  # tombstone
+        reader = self._reader(confluent.header_id(value))
+        datum = reader.read(value)
+        if not isinstance(datum, dict):
+            raise DecodeError(f"schema id {reader.schema_id} is not a record schema")
+        op = datum.get("op")
+        source = self._source(datum.get("source"))
+        if op is None:
+            return self._non_change(datum, source)
+        before = _row(reader.before, datum.get("before"))
+        after = _row(reader.after, datum.get("after"))
+        shape = reader.after or reader.before
+        key = self._key(record.key, shape) if record.key is not None else None
+        names = key_names_of(key)
+        if shape is None:
+            raise DecodeError(f"schema id {reader.schema_id} has op but no before/after row records")
+        return envelope_events(op, before, after, source, key, shape.columns(names))
+
+    @staticmethod
+    def _source(block: Any) -> Source | None:
+        if block is None:
+            return None
+        try:
+            return msgspec.convert(block, Source)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(f"source: {exc}") from None
+
+    @staticmethod
+    def _non_change(datum: Mapping[str, Any], source: Source | None) -> list[ChangeEvent]:
+        if datum.get("ddl") is not None:
+            return schema_change_events(datum["ddl"], datum.get("databaseName"), source)
+        if datum.get("status") in ("BEGIN", "END"):
+            return []  # transaction metadata topic
+        if set(datum) <= {"ts_ms"}:
+            return []  # heartbeat
+        raise DecodeError("the value has no op: not a Debezium change event")
+
+    def _key(self, data: bytes, shape: RowShape | None) -> Row | None:
+        try:
+            reader = self._reader(confluent.header_id(data), key=True)
+        except DecodeError as exc:
+            raise DecodeError(f"key: {exc}") from None
+        datum = reader.read(data)
+        if datum is None:
+            return None
+        if not isinstance(datum, dict):
+            raise DecodeError(f"key schema id {reader.schema_id} is not a record")
+        if shape is not None:
+            return shape.convert_key(datum)
+        return reader.after.convert(list(datum.values())) if reader.after is not None else dict(datum)
+
+    # -------------------------------------------------------------------------------------- encoding
+
+    def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
+        writer = EnvelopeWriter(self.settings, self.cache("encode-tables"), field_name=sanitize)
+        records: list[Record] = []
+        for planned in writer.plan(events):
+            table = planned.table
+            if table.serialized is None:
+                table.serialized = self._register(table)
+            key_id, key_parsed, value_id, value_parsed = table.serialized
+            key = None if planned.key is None else confluent.write_payload(key_id, key_parsed, planned.key)
+            value = None if planned.value is None else confluent.write_payload(value_id, value_parsed, planned.value)
+            headers = [(name, _json.encode(header)) for name, header in planned.headers]
+            records.append(Record(key=key, value=value, topic=table.topic, timestamp=planned.timestamp,
+                                  headers=headers))
+        return records
+
+    def _register(self, table: TableSchema) -> tuple[int, Any, int, Any]:
+        registry = self.registry()
+        value_schema = avro_schema(table.envelope, set())
+        value_id = registry.register(f"{table.topic}-value", value_schema)
+        key_id, key_parsed = 0, None
+        if table.key is not None:
+            key_id = registry.register(f"{table.topic}-key", avro_schema(table.key, set()))
+            key_parsed = registry.schema(key_id)
+        return key_id, key_parsed, value_id, registry.schema(value_id)
+
+
+# ------------------------------------------------------------------------------- FieldSpec → Avro
+
+def _avro_fullname(connect_name: str) -> str:
+    return ".".join(sanitize(part) for part in connect_name.split("."))
+
+
+def avro_schema(spec: FieldSpec, defined: set[str]) -> Any:
+    """The Avro schema Confluent's AvroData makes of a Connect schema (``defined``: named types already
+    written, which are referenced by name the second time)."""
+    params = dict(spec.params)
+    if spec.type == "struct":
+        full = _avro_fullname(spec.semantic or f"ConnectDefault{len(defined)}")
+        if full in defined:
+            return full
+        defined.add(full)
+        namespace, _, name = full.rpartition(".")
+        fields = []
+        for member in spec.fields:
+            avro = avro_schema(member, defined)
+            if member.optional:
+                fields.append({"name": member.name, "type": ["null", avro], "default": None})
+            else:
+                fields.append({"name": member.name, "type": avro})
+        record: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
+        if namespace:
+            record["namespace"] = namespace
+        if spec.semantic:
+            record["connect.name"] = spec.semantic
+        return record
+    if spec.type in ("array", "map"):
+        assert spec.items is not None
+        inner = avro_schema(spec.items, defined)
+        return {"type": "array", "items": inner} if spec.type == "array" else {"type": "map", "values": inner}
+    schema: dict[str, Any] = {"type": _CONNECT_TO_AVRO[spec.type]}
+    if spec.type in ("int8", "int16"):
+        schema["connect.type"] = spec.type
+    if spec.semantic:
+        schema["connect.version"] = 1
+        schema["connect.name"] = spec.semantic
+    if params:
+        schema["connect.parameters"] = params
+    if spec.semantic == DECIMAL:
+        schema.update(logicalType="decimal", scale=int(params.get("scale", "0")),
+                      precision=int(params.get("connect.decimal.precision", "64")))
+    elif spec.semantic in _LOGICAL_OF:
+        schema["logicalType"] = _LOGICAL_OF[spec.semantic]
+    return schema if len(schema) > 1 else schema["type"]
+
+
+FORMAT = DebeziumAvro
