@@ -19,7 +19,7 @@ from tests.strategies import ALL_TYPES, columns_of, rows
 from typer.testing import CliRunner
 
 from cdclake.cli import app
-from cdclake.confluent import DirectoryRegistry, MemoryRegistry, frame
+from cdclake.confluent import DirectoryRegistry, MemoryRegistry, RegistryError, frame
 from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
 from cdclake.formats import create, get
 from cdclake.formats.ticdc_avro import CorruptionError, TicdcAvro, _read_reference, sanitize
@@ -664,6 +664,20 @@ def test_unknown_zone_and_options_fail_early():
         TicdcAvro(**{"timestamp-zone": "Nowhere/City"})
     with pytest.raises(ValueError, match="corruption-handling takes one of"):
         TicdcAvro(**{"corruption-handling": "ignore"})
+
+
+def test_an_unreachable_registry_stops_the_run():
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fmt = TicdcAvro(registry=f"http://user:secret@127.0.0.1:{port}")
+    fmt.registry.retries = 0
+    with pytest.raises(RegistryError, match="could not be reached") as info:
+        fmt.decode([Record(key=INSERT_KEY, value=INSERT_VALUE)])
+    assert "secret" not in str(info.value)
+    assert fmt.verify([Record(key=INSERT_KEY, value=INSERT_VALUE)])[0].status == FAILED
 
 
 def test_memory_registry_is_isolated_per_format():

@@ -4,16 +4,23 @@ each a Confluent-framed Avro datum whose writer schema is in a schema registry.
 Decoding:
 
 - The key record holds the handle-key columns, the value record the whole new row; a delete is the key
-  with a null (or empty) value: op ``d`` with ``key`` only, no commit ts (TiCDC sends none).
+  with a null (or empty) value: op ``d`` with ``key`` only, no commit ts (TiCDC sends none). For inserts
+  and updates the key values are taken from the row (the key record repeats them; only its schema is read).
 - Column types come from ``connect.parameters.tidb_type`` and are reported in MySQL vocabulary
   (``int``, ``bigint unsigned``, ``decimal(10,2)``, ``enum('a','b')``…); sanitized field names are the
   column names (TiCDC's sanitizing is lossy: ``中文`` arrives as ``__``). Database = the record namespace
   after its first ``.``; table = the record name.
 - With ``enable-tidb-extension`` on the producer, ``_tidb_op`` gives insert/update and
-  ``_tidb_commit_ts`` the commit TSO (``commit_ts``), ``_tidb_commit_physical_time`` the ``ts_ms``.
+  ``_tidb_commit_ts`` the commit TSO (``commit_ts``); ``ts_ms`` is its physical part (what
+  ``_tidb_commit_physical_time`` carries), else the Kafka timestamp.
   Without it insert and update cannot be told apart: op ``u`` (an upsert), no commit ts.
-- The schema is read per schema ID once and compiled into a plan (converter list, column list,
-  checksum encoders), so a record costs one fastavro ``schemaless_reader`` call plus its converters.
+- The schema is read per schema ID once and compiled into a plan: column list, converters, checksum
+  encoders, and a reader generated for the schema that walks the bytes once, producing canonical values
+  and the checksum together. fastavro plus the converters is the reference path, taken for schemas the
+  generator does not know and for any record the generated reader cannot read (it then names the error).
+- A registry that is unreachable or refuses the credentials raises
+  :class:`~cdclake.confluent.RegistryError`, which stops the run like :class:`CorruptionError` (retrying
+  later is right; dead-lettering every record is not). An unknown schema ID fails only that record.
 - Test-only markers (``avro-enable-watermark``): a null key with value ``0x01``+JSON is a DDL event,
   ``0x02``+8 bytes a resolved event; new TiCDC's ``0x03``+8 bytes value is a delete with commit ts, and
   its ``_ticdc_before`` image becomes ``before``.
@@ -57,6 +64,7 @@ from cdclake import types as T
 from cdclake import values as V
 from cdclake.confluent import (
     MemoryRegistry,
+    RegistryError,
     SchemaRegistry,
     header_id,
     read_payload,
@@ -685,7 +693,9 @@ class TicdcAvro(Format):
         Option("topic", "{schema}_{table}", "Encoder: each table's topic; {schema} and {table} are replaced"),
         Option("namespace", "default", "Encoder: the changefeed namespace (keyspace) in the record namespace"),
     )  # fmt: skip
-    fatal = (CorruptionError,)
+    # A detected corruption under corruption-handling=error, and a registry that is down or refuses us:
+    # neither is a problem of one record, so neither may turn good records into dead letters.
+    fatal = (CorruptionError, RegistryError)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -757,12 +767,13 @@ class TicdcAvro(Format):
         events, failures = out.events, out.failures
         name = self.name
         decode_one = self._decode
+        fatal = self.fatal
         for record in records:
             try:
                 decoded, (status, why) = decode_one(record)
                 if status in (MISMATCH, CORRUPTED):
                     self._corrupt(record, why)
-            except CorruptionError:
+            except fatal:
                 raise
             except Exception as exc:
                 failures.append(Failure(record, name, reason(exc)))
