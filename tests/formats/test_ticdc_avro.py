@@ -127,6 +127,21 @@ def test_spec_worked_example_encodes_byte_for_byte():
     assert registry.raw_schema(2) == VALUE_SCHEMA
 
 
+def test_a_key_changing_update_is_written_as_delete_then_insert():
+    fmt = TicdcAvro(**{"enable-tidb-extension": "true"})
+    columns = [Column("id", "int", True, False), Column("name", "varchar(8)", False, True)]
+    move = ChangeEvent(kind=ROW, op=UPDATE, database="test", table="t1", columns=columns, commit_ts=TSO,
+                       before={"id": 1, "name": "aa"}, after={"id": 2, "name": "aa"})  # fmt: skip
+    same = ChangeEvent(kind=ROW, op=UPDATE, database="test", table="t1", columns=columns, commit_ts=TSO + 1,
+                       before={"id": 2, "name": "aa"}, after={"id": 2, "name": "bb"})  # fmt: skip
+    records = fmt.encode([move, same])
+    assert [r.value is None for r in records] == [True, False, False]
+    events = fmt.decode(records).events
+    assert [(e.op, e.key, e.commit_ts) for e in events] == [
+        (DELETE, {"id": 1}, None), (INSERT, {"id": 2}, TSO), (UPDATE, {"id": 2}, TSO + 1)
+    ]  # fmt: skip
+
+
 def test_subjects_replace_dots_of_the_topic():
     fmt = TicdcAvro(topic="cdc.{schema}.{table}")
     event = ChangeEvent(kind=ROW, op=INSERT, database="test", table="t1", after={"id": 1},

@@ -69,6 +69,7 @@ from cdclake.confluent import (
     header_id,
     read_payload,
     registry_from,
+    write_payload,
 )
 from cdclake.events import (
     DDL,
@@ -965,42 +966,55 @@ class TicdcAvro(Format):
         return writer
 
     def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
-        from cdclake.confluent import write_payload
-
-        extension = self.settings["enable-tidb-extension"]
+        """TiCDC's records for ``events``. An update that changes the key becomes a tombstone for the old key
+        and an insert of the new row, as TiCDC splits such updates for non-MySQL sinks."""
         records: list[Record] = []
         offsets: dict[str, int] = {}
         for event in events:
             if event.kind != ROW:
                 continue  # production TiCDC Avro writes no DDL, resolved or truncate messages
             writer = self._writer(event)
-            image = (event.before or event.key) if event.op == DELETE else event.after
+            if event.op == DELETE:
+                image = event.before or event.key
+                changes = [(DELETE, image)]
+            else:
+                image = event.after
+                changes = [(event.op, image)]
+                if event.op == UPDATE and event.before is not None and image is not None:
+                    old = [event.before.get(c.name) for c in writer.key_cols]
+                    if old != [image.get(c.name) for c in writer.key_cols]:
+                        changes = [(DELETE, event.before), (INSERT, image)]
             if image is None:
                 raise ValueError(f"ticdc-avro: a {event.op} event of {event.database}.{event.table} has no row image")
-            key_datum = {c.field["name"]: _wire(c, image.get(c.name)) for c in writer.key_cols}
-            key = write_payload(writer.key_id, writer.key_parsed, key_datum)
-            value: bytes | None = None
-            timestamp = event.ts_ms
-            if event.op != DELETE:
-                datum = {c.field["name"]: _wire(c, image.get(c.name)) for c in writer.cols}
-                if writer.checksum is not None:
-                    crc = writer.checksum(list(datum.values()))
-                if extension:
-                    commit_ts = event.commit_ts or 0
-                    datum[OP_FIELD] = "c" if event.op in (INSERT, READ) else "u"
-                    datum[COMMIT_TS_FIELD] = commit_ts
-                    datum[PHYSICAL_TIME_FIELD] = commit_ts >> 18
-                    if commit_ts:
-                        timestamp = commit_ts >> 18
-                if writer.checksum is not None:
-                    datum[CHECKSUM_FIELD] = str(crc)
-                    datum[CORRUPTED_FIELD] = False
-                    datum[CHECKSUM_VERSION_FIELD] = 0
-                value = write_payload(writer.value_id, writer.value_parsed, datum)
-            offset = offsets.get(writer.topic, 0)
-            offsets[writer.topic] = offset + 1
-            records.append(Record(key=key, value=value, topic=writer.topic, offset=offset, timestamp=timestamp))
+            for op, row in changes:
+                key, value, timestamp = self._write(writer, op, row, event)
+                offset = offsets.get(writer.topic, 0)
+                offsets[writer.topic] = offset + 1
+                records.append(Record(key=key, value=value, topic=writer.topic, offset=offset, timestamp=timestamp))
         return records
+
+    def _write(
+        self, writer: _Writer, op: str, row: dict[str, Any], event: ChangeEvent
+    ) -> tuple[bytes, bytes | None, int | None]:
+        key_datum = {c.field["name"]: _wire(c, row.get(c.name)) for c in writer.key_cols}
+        key = write_payload(writer.key_id, writer.key_parsed, key_datum)
+        timestamp = event.ts_ms
+        if op == DELETE:
+            return key, None, timestamp
+        datum = {c.field["name"]: _wire(c, row.get(c.name)) for c in writer.cols}
+        crc = writer.checksum(list(datum.values())) if writer.checksum is not None else 0
+        if self.settings["enable-tidb-extension"]:
+            commit_ts = event.commit_ts or 0
+            datum[OP_FIELD] = "c" if op in (INSERT, READ) else "u"
+            datum[COMMIT_TS_FIELD] = commit_ts
+            datum[PHYSICAL_TIME_FIELD] = commit_ts >> 18
+            if commit_ts:
+                timestamp = commit_ts >> 18
+        if writer.checksum is not None:
+            datum[CHECKSUM_FIELD] = str(crc)
+            datum[CORRUPTED_FIELD] = False
+            datum[CHECKSUM_VERSION_FIELD] = 0
+        return key, write_payload(writer.value_id, writer.value_parsed, datum), timestamp
 
 
 def _read_reference(plan: _Plan, data: bytes, schema_id: int) -> _Read:
