@@ -174,7 +174,11 @@ def generate(
     from cdclake import workload as W
 
     try:
-        options = parse_options(formats.get(format_name), option or [])
+        format_cls = formats.get(format_name)
+        options = parse_options(format_cls, option or [])
+        if "registry" in {o.name for o in format_cls.options} and not options.get("registry"):
+            # Schemas must outlive this process for the records to be readable: a folder registry beside them.
+            options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
                                replays=replays, options=options)

@@ -48,6 +48,7 @@ from cdclake.events import (
     Row,
     pad_position,
 )
+from cdclake.formats.base import Format
 from cdclake.records import Record, write_records
 from cdclake.types import SqlType, parse_type
 
@@ -69,6 +70,8 @@ DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE)
 
 TSO_LOGICAL_BITS: Final = 18
 START_MS: Final = 1_714_521_600_000  # 2024-05-01T00:00:00Z, the simulated clock's start
+BINLOG_EVENTS_PER_FILE: Final = 1_000_000
+ORACLE_FIRST_SCN: Final = 14_589_063_118_712
 
 
 def tso(physical_ms: int, logical: int = 0) -> int:
@@ -84,11 +87,25 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
 
     ``types``: column types the format carries losslessly (the simulation uses only these).
     ``labels``: ENUM/SET arrive as labels (else as integers). ``text_values``: every value arrives as text.
+    ``timestamps``: TIMESTAMP arrives as canonical ``utc`` text, or as the ``local`` wall-clock text the
+    producer wrote (the simulated server runs in UTC) when the decoder is not told the producer's zone.
     ``clock``: ``tso`` (commit_ts is a TiDB TSO) or ``ms`` (commit time in epoch ms, MySQL sources).
+    ``position``: how the format's source reports a change's place in its log, which the encoder writes
+    back into the message: ``sequence`` (one padded change number), ``binlog`` (binlog file name, byte
+    offset, row: Debezium's ``source.file/pos/row``) or ``dts`` (binlog file number, offset, record id: DTS's
+    ``sourcePosition`` ``<offset>@<file>`` and ``id``) or ``scn`` (Oracle commit SCN, transaction id, place in
+    the transaction: SharePlex's ``scn``, ``trans``, ``seq``).
+    ``fractions``: DATETIME/TIME fractions arrive with the column's ``fsp`` digits, or as ``micros`` (six
+    digits, and none when the fraction is zero, as DTS renders its broken-down DateTime).
     ``ddl``: the DDL kinds the format delivers (:data:`DDL_KINDS`); ``truncate_kind``: TRUNCATE as a
     ``ddl`` statement or as a ``truncate`` event. ``resolved``: resolved timestamps are delivered.
-    ``topics``: ``single`` topic or one topic per ``table``. ``ddl_to``/``resolved_to``: partitions a DDL or
-    resolved record goes to (``all``, ``first``, or ``key``: routed like a row of its table).
+    ``topics``: ``single`` topic or one topic per ``table``. ``partition_by``: ``event`` (the producer hashes
+    the row's key values, as TiCDC's index-value dispatcher and Canal's partitionHash do) or ``record-key``
+    (Kafka's default partitioner on the record's key bytes, as Kafka Connect does: a key change's delete then
+    goes to the old key's partition). ``ddl_to``/``resolved_to``: partitions a DDL or resolved record goes
+    to (``all``, ``first``, or ``key``: routed like a row of its table).
+    ``split_key_changes``: the producer sends an update that changes the key as a delete of the old key and
+    an insert of the new one (TiCDC does for every MQ protocol).
     ``replay_safe``: a redelivered record decodes to the same commit_ts+position (or one whose re-application
     cannot change the state), so replays leave the state unchanged. ``ordered``: (commit_ts, position)
     orders one key's changes across partitions (a key change can move a row to another partition).
@@ -97,13 +114,18 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     types: tuple[str, ...] = ALL_TYPES
     labels: bool = True
     text_values: bool = False
+    timestamps: str = "utc"
+    fractions: str = "fsp"
     clock: str = "tso"
+    position: str = "sequence"
     ddl: frozenset[str] = frozenset()
     truncate_kind: str = DDL
     resolved: bool = False
     topics: str = "single"
+    partition_by: str = "event"
     ddl_to: str = "all"
     resolved_to: str = "all"
+    split_key_changes: bool = False
     replay_safe: bool = True
     ordered: bool = True
     tombstones: bool = False
@@ -114,10 +136,6 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
-_NO_LABELS = frozenset(DDL_KINDS)
-_TEXT_SAFE_TYPES: Final = tuple(t for t in ALL_TYPES if parse_type(t).family in (T.INTEGER, T.DECIMAL, T.DATE,
-                                                                                   T.DATETIME, T.TIME, T.YEAR,
-                                                                                   T.TEXT))
 _DEBEZIUM_NO_SCHEMA_TYPES: Final = tuple(
     t for t in ALL_TYPES
     if parse_type(t).family in (T.INTEGER, T.DOUBLE, T.TEXT, T.JSON, T.ENUM, T.SET, T.TIMESTAMP, T.YEAR)
@@ -127,25 +145,31 @@ _DEBEZIUM_NO_SCHEMA_TYPES: Final = tuple(
 PROFILES: dict[str, Profile] = {
     # Open-source Canal: MySQL binlog, commit time with second resolution and no binlog position, so
     # neither replays nor a key moving across partitions can be ordered.
-    "canal-json": Profile(clock="ms", ddl=frozenset(DDL_KINDS), ddl_to="first", replay_safe=False,
-                          ordered=False),
-    "ticdc-canal-json": Profile(labels=False, ddl=frozenset(DDL_KINDS), resolved=True, ddl_to="first"),
-    "ticdc-open": Profile(labels=False, ddl=frozenset(DDL_KINDS), resolved=True),
-    "ticdc-avro": Profile(topics="table"),
-    "debezium-json": Profile(clock="ms", topics="table", tombstones=True),
-    "debezium-avro": Profile(clock="ms", topics="table", tombstones=True),
-    "dts-avro": Profile(clock="ms", ddl=frozenset(DDL_KINDS), ddl_to="first"),
-    "shareplex-json": Profile(clock="ms", types=_TEXT_SAFE_TYPES, text_values=True,
-                              ddl=frozenset({TRUNCATE_TABLE}), truncate_kind=TRUNCATE, ddl_to="key"),
+    "canal-json": Profile(clock="ms", position="binlog", ddl=frozenset(DDL_KINDS), ddl_to="first",
+                          replay_safe=False, ordered=False),
+    "ticdc-open": Profile(labels=False, timestamps="local", ddl=frozenset(DDL_KINDS), resolved=True,
+                          split_key_changes=True),
+    # TiCDC Avro without its extension carries no commit ts (and deletes never do): order is the Kafka log's.
+    "ticdc-avro": Profile(topics="table", partition_by="record-key", split_key_changes=True, replay_safe=False),
+    "debezium-json": Profile(clock="ms", position="binlog", topics="table", partition_by="record-key",
+                             tombstones=True),
+    "debezium-avro": Profile(clock="ms", position="binlog", topics="table", partition_by="record-key",
+                             tombstones=True),
+    "dts-avro": Profile(clock="ms", position="dts", fractions="micros", ddl=frozenset(DDL_KINDS), ddl_to="first"),
+    # SharePlex (Oracle through DTS) sends every value as text and no types.
+    "shareplex-json": Profile(clock="ms", position="scn", text_values=True, ddl=frozenset({TRUNCATE_TABLE}),
+                              truncate_kind=TRUNCATE, ddl_to="key"),
 }
 DEFAULT_PROFILE: Final = Profile()
 
-# Options that change what a format delivers: (format, option, value) → profile fields to replace.
+# Options that change what a format delivers: (format, option, value) → profile fields to replace. The value
+# is matched lower-cased; "*" matches any non-empty value that has no entry of its own.
 PROFILE_OPTIONS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("ticdc-open", "timestamp-zone", "*"): {"timestamps": "utc"},
     # TiCDC's canal-json: commit TSO in _tidb, watermarks, base-type mysqlType (ENUM/SET as integers).
-    ("canal-json", "flavour", "tidb"): {"labels": False, "clock": "tso", "resolved": True, "replay_safe": True,
-                                        "ordered": True},
-    ("debezium-json", "schemas", "false"): {"types": _DEBEZIUM_NO_SCHEMA_TYPES},
+    ("canal-json", "flavour", "tidb"): {"labels": False, "clock": "tso", "position": "sequence", "resolved": True,
+                                        "split_key_changes": True, "replay_safe": True, "ordered": True},
+    ("debezium-json", "schemas-enable", "false"): {"types": _DEBEZIUM_NO_SCHEMA_TYPES},
 }
 
 
@@ -153,7 +177,10 @@ def profile_for(format_name: str, options: Mapping[str, Any] | None = None) -> P
     """The profile of a format under the given options (unknown formats get :data:`DEFAULT_PROFILE`)."""
     profile = PROFILES.get(format_name, DEFAULT_PROFILE)
     for name, value in (options or {}).items():
-        changes = PROFILE_OPTIONS.get((format_name, name, str(value).lower()))
+        text = str(value).lower()
+        changes = PROFILE_OPTIONS.get((format_name, name, text))
+        if changes is None and text:
+            changes = PROFILE_OPTIONS.get((format_name, name, "*"))
         if changes:
             profile = msgspec.structs.replace(profile, **changes)
     return profile
@@ -527,8 +554,20 @@ class Database:
         self.last_commit_ts = commit_ts
         return commit_ts if self.profile.clock == "tso" else self.physical_ms
 
-    def _position(self) -> str:
+    def _position(self, seq: int) -> str:
+        """The place of the ``seq``-th (1-based) change of the current transaction in the source's log."""
         self.lsn += 1
+        style = self.profile.position
+        if style == "scn":
+            # Oracle: the commit SCN (unique per transaction), the transaction id, the change's place in it.
+            xid = f"{self.txns % 10 + 1}.{self.txns % 32}.{self.txns}"
+            return pad_position(ORACLE_FIRST_SCN + self.txns * 8, xid, seq)
+        if style in ("binlog", "dts"):
+            # One rows event per change; files rotate every million events, positions are byte offsets.
+            number, index = divmod(self.lsn, BINLOG_EVENTS_PER_FILE)
+            if style == "dts":
+                return pad_position(number + 1, 4 + index * 256, self.lsn)
+            return pad_position(f"mysql-bin.{number + 1:06d}", 4 + index * 256, 0)
         return pad_position(self.lsn)
 
     # -- running -----------------------------------------------------------------------------------------
@@ -569,7 +608,7 @@ class Database:
             if event is not None:
                 event.commit_ts = commit_ts
                 event.ts_ms = ts_ms
-                event.position = self._position()
+                event.position = self._position(len(events) + 1)
                 events.append(event)
         return events
 
@@ -662,7 +701,7 @@ class Database:
         commit_ts = self._commit()
         return ChangeEvent(kind=DDL, database=table.database, table=table.name, ddl=statement,
                            columns=columns, commit_ts=commit_ts, ts_ms=self.physical_ms,
-                           position=self._position())
+                           position=self._position(1))
 
     def _ddl(self) -> list[ChangeEvent]:
         r = self.random
@@ -719,8 +758,11 @@ class Database:
         out: State = {}
         for ident, table in self.tables.items():
             deliver = _deliverers(self.profile, table.columns)
-            out[ident] = {_key_of(table.key_dict(k)): _delivered(row, deliver) if deliver else row
-                          for k, row in table.rows.items()}
+            rows: dict[KeyTuple, Row] = {}
+            for canonical in table.rows.values():
+                row = _delivered(canonical, deliver) if deliver else canonical
+                rows[_key_of({name: row[name] for name in table.key_names})] = row
+            out[ident] = rows
         return out
 
     def key_names(self) -> dict[tuple[str, str], list[str]]:
@@ -733,7 +775,11 @@ def _deliverers(profile: Profile, columns: Sequence[Column]) -> dict[str, Callab
     for column in columns:
         t = parse_type(column.type)
         if profile.text_values:
-            out[column.name] = _as_text
+            out[column.name] = lambda v, t=t: v if isinstance(v, str) else V.to_text(v, t)
+        elif profile.timestamps == "local" and t.family == T.TIMESTAMP:
+            out[column.name] = _as_local_text
+        elif profile.fractions == "micros" and t.family in (T.DATETIME, T.TIME) and t.fsp:
+            out[column.name] = _as_micros_fraction
         elif not profile.labels and t.family == T.ENUM:
             out[column.name] = lambda v, t=t: V.enum_index(v, t)
         elif not profile.labels and t.family == T.SET:
@@ -741,8 +787,13 @@ def _deliverers(profile: Profile, columns: Sequence[Column]) -> dict[str, Callab
     return out
 
 
-def _as_text(value: Any) -> Any:
-    return value if value is None or isinstance(value, str) else str(value)
+def _as_micros_fraction(value: str) -> str:
+    head, _, fraction = value.partition(".")
+    return f"{head}.{fraction.ljust(6, '0')}" if fraction.strip("0") else head
+
+
+def _as_local_text(value: str) -> str:
+    return V.utc_timestamp_to_local(value, "UTC")
 
 
 def _delivered(row: Row, deliver: Mapping[str, Callable[[Any], Any]]) -> Row:
@@ -883,6 +934,40 @@ def topic_name(profile: Profile, ident: tuple[str, str] | None, prefix: str = DE
     return prefix
 
 
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length & ~3
+    rest = length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def record_key_partition(key: bytes | None, partitions: int) -> int:
+    """Kafka's default partitioner for a keyed record; unkeyed records stay on partition 0 (the real
+    producer spreads them by batch, which no consumer may rely on)."""
+    if key is None or partitions <= 1:
+        return 0
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 def key_partition(database: str | None, table: str | None, key: Mapping[str, Any] | None, partitions: int) -> int:
     """The partition of a row by the hash of its table and key values (stable across runs and machines,
     unlike Python's ``hash``), as TiCDC's index-value dispatcher and Canal's ``partitionHash`` spread rows."""
@@ -926,23 +1011,29 @@ def route(events: Sequence[ChangeEvent], profile: Profile, partitions: int) -> d
     return groups
 
 
-def emit(events: Sequence[ChangeEvent], format_name: str, *, partitions: int = 1, replay_fraction: float = 0.0,
-         seed: int = 0, options: Mapping[str, Any] | None = None, profile: Profile | None = None,
-         topic_prefix: str = DEFAULT_TOPIC) -> list[Record]:
-    """The Kafka records a real producer of ``format_name`` writes for these events, ordered by (topic,
+def emit(events: Sequence[ChangeEvent], format_name: str | Format, *, partitions: int = 1,
+         replay_fraction: float = 0.0, seed: int = 0, options: Mapping[str, Any] | None = None,
+         profile: Profile | None = None, topic_prefix: str = DEFAULT_TOPIC) -> list[Record]:
+    """The Kafka records a real producer of a format writes for these events, ordered by (topic,
     partition, offset): the format's own ``encode`` makes each partition's records from the events routed
     to it (see :func:`route`); offsets increase from 0 per (topic, partition). With ``replay_fraction`` > 0,
     about that fraction of records is delivered again a little later at new offsets (at-least-once
-    redelivery: a producer retry or restart re-sends short runs of records)."""
+    redelivery: a producer retry or restart re-sends short runs of records).
+
+    ``format_name`` may be a format object instead (made with ``options``), e.g. to decode with the same
+    object when its schema registry lives in the process."""
     from cdclake import formats
 
     if partitions < 1:
         raise ValueError("partitions must be at least 1")
     if not 0.0 <= replay_fraction <= 1.0:
         raise ValueError("replay fraction must be between 0 and 1")
-    fmt = formats.create(format_name, dict(options or {}))
-    profile = profile or profile_for(format_name, options)
-    groups = route(events, profile, partitions)
+    fmt = format_name if isinstance(format_name, Format) else formats.create(format_name, dict(options or {}))
+    profile = profile or profile_for(fmt.name, options)
+    by_record_key = profile.partition_by == "record-key"
+    if profile.split_key_changes:
+        events = split_key_changes(events)
+    groups = route(events, profile, 1 if by_record_key else partitions)
     encoded: dict[_Group, list[Record]] = {}
     named: dict[tuple[str, str] | None, str] = {}
     for group in sorted(groups, key=lambda g: (g[0] or ("", ""), g[1])):
@@ -960,14 +1051,32 @@ def emit(events: Sequence[ChangeEvent], format_name: str, *, partitions: int = 1
         default = named.get(topic_id) or topic_name(profile, topic_id, topic_prefix)
         for record in records:
             record.topic = record.topic or default
-            record.partition = partition
-            by_partition.setdefault((record.topic, partition), []).append(record)
+            record.partition = record_key_partition(record.key, partitions) if by_record_key else partition
+            by_partition.setdefault((record.topic, record.partition), []).append(record)
     out: list[Record] = []
     for where in sorted(by_partition):
         records = _with_replays(by_partition[where], replay_fraction, r) if replay_fraction else by_partition[where]
         for offset, record in enumerate(records):
             record.offset = offset
         out.extend(records)
+    return out
+
+
+def split_key_changes(events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
+    """Updates that change the key as a delete of the old key then an insert of the new one, in the same
+    transaction, as TiCDC sends them; their positions extend the update's, so they keep its place."""
+    out: list[ChangeEvent] = []
+    for event in events:
+        if event.kind == ROW and event.op == UPDATE and event.before is not None and event.after is not None:
+            names = [c.name for c in event.columns or () if c.key] or list(event.key or ())
+            old_key = {name: event.before.get(name) for name in names}
+            if names and old_key != {name: event.after.get(name) for name in names}:
+                position = event.position or ""
+                out.append(msgspec.structs.replace(event, op=DELETE, key=old_key, after=None,
+                                                   position=f"{position}/0"))
+                out.append(msgspec.structs.replace(event, op=INSERT, before=None, position=f"{position}/1"))
+                continue
+        out.append(event)
     return out
 
 
