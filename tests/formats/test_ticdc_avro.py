@@ -465,6 +465,28 @@ def test_error_stops_the_run():
         fmt.decode(records)
 
 
+def test_checksum_example_4_needs_the_server_zone():
+    # ticdc-checksum.md example 4: TiCDC tz=Asia/Shanghai, ts "2020-02-20 10:20:20" hashed as UTC → 1289062007
+    schema = _checksum_schema()
+    schema["fields"][1] = _column("ts", "string", "TIMESTAMP")
+    datum = {"id": 1, "ts": "2020-02-20 10:20:20", "_tidb_op": "c", "_tidb_commit_ts": TSO,
+             "_tidb_commit_physical_time": PHYSICAL, "_tidb_row_level_checksum": "1289062007",
+             "_tidb_corrupted": False, "_tidb_checksum_version": 0}  # fmt: skip
+    for zone, ok in (("Asia/Shanghai", True), ("UTC", False)):
+        fmt = TicdcAvro(**{"timestamp-zone": zone, "corruption-handling": "warn"})
+        value_id = fmt.registry.register("v", schema)
+        key_id = fmt.registry.register("k", {**schema, "fields": schema["fields"][:1]})
+        record = Record(key=frame(key_id, b"\x02"), value=_framed(value_id, schema, datum))
+        (event,) = fmt.decode([record]).events
+        assert event.checksum.ok is ok
+        assert event.after["ts"] == ("2020-02-20T02:20:20Z" if ok else "2020-02-20T10:20:20Z")
+    (check,) = fmt.verify([record])
+    assert check.reason.endswith(
+        "computes to 400594880 (TIMESTAMP columns are hashed in UTC from timestamp-zone=UTC: is that the TiCDC "
+        "server's tz?)"
+    )
+
+
 def test_uncomputable_checksum_is_a_mismatch():
     schema = {**_checksum_schema()}
     schema["fields"] = [schema["fields"][0], _column("e", "string", "ENUM", params={"allowed": "a,b"}),

@@ -262,6 +262,7 @@ class _Plan:
         "database",
         "fast",
         "has_checksum",
+        "hint",
         "names",
         "order",
         "parsed",
@@ -290,6 +291,12 @@ class _Plan:
         self.converters = tuple((c.name, c.convert) for c in cols if c.convert is not None)
         self.tail = tuple(str(f.get("name")) for f in fields[end:])
         self.has_checksum = CHECKSUM_FIELD in self.tail
+        # TIMESTAMP values are hashed in UTC, so a wrong timestamp-zone shows as a mismatch: say so
+        self.hint = (
+            f" (TIMESTAMP columns are hashed in UTC from timestamp-zone={zone}: is that the TiCDC server's tz?)"
+            if any(c.tidb_type == "TIMESTAMP" for c in cols)
+            else ""
+        )
         self.before_name = BEFORE_FIELD if BEFORE_FIELD in self.tail else None
         self.checksum = RowChecksum(encoders)
         self.columns = [Column(c.name, c.type_text, False, c.nullable) for c in cols]
@@ -841,7 +848,7 @@ class TicdcAvro(Format):
             if actual and not corrupted and expected == str(actual):  # the common case, quickly
                 checksum, outcome = Checksum(actual, actual, True), _VERIFIED
             else:
-                checksum, outcome = _verdict(expected, corrupted, actual, problem)
+                checksum, outcome = _verdict(expected, corrupted, actual, problem, plan.hint)
         else:
             checksum, outcome = None, _NO_CHECKSUM_FIELDS
         if op == DELETE:
@@ -1037,7 +1044,7 @@ def _read_reference(plan: _Plan, data: bytes, schema_id: int) -> _Read:
 
 
 def _verdict(
-    expected_text: str | None, corrupted: bool | None, actual: int | None, problem: str
+    expected_text: str | None, corrupted: bool | None, actual: int | None, problem: str, hint: str = ""
 ) -> tuple[Checksum | None, Outcome]:
     """The event's checksum and the verification outcome, from the checksum fields and the recomputation."""
     try:
@@ -1049,7 +1056,7 @@ def _verdict(
             return None, _NO_CHECKSUM
         return Checksum(None, None, False), (CORRUPTED, _FLAGGED)
     if actual != expected and not problem:
-        problem = f"row checksum mismatch: the message says {expected}, the row computes to {actual}"
+        problem = f"row checksum mismatch: the message says {expected}, the row computes to {actual}{hint}"
     if corrupted:
         return Checksum(expected, actual, False), (CORRUPTED, f"{_FLAGGED}; {problem}" if problem else _FLAGGED)
     if problem:
