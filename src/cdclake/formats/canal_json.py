@@ -94,6 +94,7 @@ _SQLTYPE_TEXT: Final = {
 
 _NULL: Final = msgspec.Raw(b"null")
 _NO_NAMES: Final[list[str]] = []
+_NO_TXN: Final = "0" * 20 + "/"
 _ROW_SUFFIXES: Final = 256
 _ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
 
@@ -225,11 +226,11 @@ class _Schema:
                 convs.append((col.name, f, t))
             native = _BUILTIN.get(t.family)
             if f is not None and native is None:
-                post.append((col.name, f, t))
+                post.append((col.name, f))
             fields.append((f"c{i}", (native or str) | None | msgspec.UnsetType,
                            msgspec.field(name=col.name, default=msgspec.UNSET)))
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
-        self.post: tuple[tuple[str, Converter, SqlType], ...] = tuple(post)
+        self.post: tuple[tuple[str, Converter], ...] = tuple(post)
         self.fast: msgspec.json.Decoder[Any] | None = None
         if fields:
             row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
@@ -238,29 +239,19 @@ class _Schema:
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
         the layout does not list."""
-        if self.fast is not None:
+        fast = self.fast
+        if fast is not None:
             try:
-                structs = self.fast.decode(raw)
-            except msgspec.ValidationError:
-                pass
-            else:
-                if structs is None:
-                    return None, _NO_NAMES
-                rows: list[Row] = msgspec.to_builtins(structs)
-                post = self.post
-                if post:
-                    try:
-                        for row in rows:
-                            for name, f, _ in post:
-                                text = row.get(name)
-                                if text is not None:
-                                    row[name] = f(text)
-                    except (ValueError, ArithmeticError, UnicodeError):
-                        pass  # the slow path names the column and the value
-                    else:
-                        return rows, _NO_NAMES
-                else:
-                    return rows, _NO_NAMES
+                rows: list[Row] | None = msgspec.to_builtins(fast.decode(raw))
+                if rows and self.post:
+                    for row in rows:
+                        for name, f in self.post:
+                            text = row.get(name)
+                            if text is not None:
+                                row[name] = f(text)
+                return rows, _NO_NAMES
+            except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
+                pass  # the general path says which column and why
         try:
             texts = _texts_decoder.decode(raw)
         except msgspec.ValidationError as exc:
@@ -484,7 +475,7 @@ class CanalJson(Format):
         commit_ts = tidb.commitTs if tidb is not None and tidb.commitTs is not None else msg.es
         gtid = msg.gtid
         # pad_position(txn, offset, row), spelled out: this is the hot loop
-        prefix = "%020d/%020d/" % (_gtid_number(gtid) if gtid else 0, offset)  # noqa: UP031
+        prefix = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + "%020d/" % offset  # noqa: UP031
         es = msg.es
         swapped = self._swap and op == UPDATE
         events = []
