@@ -161,7 +161,7 @@ class _Reader:
             return
         before, after = envelope_rows(spec) if spec.type == "struct" else (None, None)
         self.before = RowShape(before, wire) if before is not None else None
-        self.after = (self.before if after == before else RowShape(after, wire)) if after is not None else None
+        self.after = (self.before if after is before else RowShape(after, wire)) if after is not None else None
 
     def read(self, data: bytes) -> Any:
         return confluent.read_payload(self.parsed, data, self.schema_id)

@@ -189,7 +189,6 @@ class DebeziumFormat(Format):
 class Source(msgspec.Struct, gc=False):
     """The ``source`` fields cdclake uses, for every connector; others are ignored."""
 
-    connector: str | None = None
     db: str | None = None
     schema: str | None = None
     table: str | None = None
@@ -282,10 +281,14 @@ def connect_spec(schema: Any, name: str = "") -> FieldSpec:
 
 
 def envelope_rows(envelope: FieldSpec) -> tuple[FieldSpec | None, FieldSpec | None]:
-    """The ``before`` and ``after`` row structs of an envelope schema (None where absent)."""
+    """The ``before`` and ``after`` row structs of an envelope schema (None where absent); the same object
+    twice when both describe the same row, as they always do in Debezium, so that it is compiled once."""
     before, after = envelope.field("before"), envelope.field("after")
-    return (before if before and before.type == "struct" else None,
-            after if after and after.type == "struct" else None)
+    before = before if before is not None and before.type == "struct" else None
+    after = after if after is not None and after.type == "struct" else None
+    if before is not None and after is not None and before.fields == after.fields:
+        after = before
+    return before, after
 
 
 # ------------------------------------------------------------------------------------------ column types
@@ -387,7 +390,8 @@ def zoned_timestamp_text(text: str, fsp: int | None) -> str:
         fraction = _FRACTION.match(text, 19)
         digits = min(len(fraction.group(1)), 6) if fraction else 0
         moment = moment.astimezone(V.UTC)
-        body = moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{moment.microsecond:06d}"[: digits + 1] if digits else "")
+        body = moment.replace(tzinfo=None).isoformat("T", "seconds")
+        body += f".{moment.microsecond:06d}"[: digits + 1] if digits else ""
     return _fit_fraction(body, fsp) + "Z"
 
 

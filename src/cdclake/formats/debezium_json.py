@@ -91,12 +91,12 @@ class _Table:
             raise DecodeError(f"value schema is not JSON: {exc}") from None
         before, after = envelope_rows(envelope)
         self.before = RowShape(before, wire) if before is not None else None
-        self.after = (self.before if after == before else RowShape(after, wire)) if after is not None else None
+        self.after = (self.before if after is before else RowShape(after, wire)) if after is not None else None
         if self.after is None and self.before is None:
             self.decoder = None  # not a change envelope (schema change, heartbeat, transaction topics)
             return
         before_type = _row_type(before, "Before") if before is not None else Any
-        after_type = (before_type if after == before else _row_type(after, "After")) if after is not None else Any
+        after_type = (before_type if after is before else _row_type(after, "After")) if after is not None else Any
         envelope_type = msgspec.defstruct("Envelope", [
             ("before", before_type | None, None), ("after", after_type | None, None),
             ("source", Source | None, None), ("op", str | None, None), ("ts_ms", int | None, None),
