@@ -39,6 +39,7 @@ _MODULES: dict[str, str] = {
     "canal-json": "cdclake.formats.canal_json",
     "debezium-avro": "cdclake.formats.debezium_avro",
     "debezium-json": "cdclake.formats.debezium_json",
+    "dts-avro": "cdclake.formats.dts_avro",
     "shareplex-json": "cdclake.formats.shareplex_json",
     "ticdc-open": "cdclake.formats.ticdc_open",
     "ticdc-avro": "cdclake.formats.ticdc_avro",
