@@ -327,3 +327,14 @@ def test_non_change_values_are_skipped_or_ddl(tmp_path: Path) -> None:
     assert not result.failures and result.skipped == 1
     (ddl,) = result.events
     assert (ddl.kind, ddl.database, ddl.table, ddl.ddl, ddl.commit_ts) == ("ddl", "d", "t", "DROP TABLE t", 6)
+
+
+def test_simulated_workload_reaches_the_expected_state(tmp_path: Path) -> None:
+    from cdclake import workload
+
+    options = {"registry": str(tmp_path / "registry")}
+    generated = workload.generate("debezium-avro", events=600, tables=2, seed=5, partitions=3, replays=0.05,
+                                  options=options)
+    result = DebeziumAvro(**options).decode(generated.records)
+    assert not result.failures and result.skipped > 0
+    assert workload.diff_states(generated.expected, workload.fold(result.events)) == []

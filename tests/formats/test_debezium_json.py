@@ -657,3 +657,15 @@ def test_connect_time_precision_mode() -> None:
     too_long = msgspec.structs.replace(event, after={"id": 1, "t": "24:00:00", "dt": None})
     with pytest.raises(ValueError, match=r"time\.precision\.mode=connect cannot carry"):
         fmt.encode([too_long])
+
+
+@pytest.mark.parametrize("options", [{}, {"schemas-enable": "false"}])
+def test_simulated_workload_reaches_the_expected_state(options: dict[str, str]) -> None:
+    # The simulator's own oracle: key changes, deletes with tombstones, 3 partitions and redelivered records.
+    from cdclake import workload
+
+    generated = workload.generate("debezium-json", events=600, tables=2, seed=11, partitions=3, replays=0.05,
+                                  options=options)
+    result = DebeziumJson(**options).decode(generated.records)
+    assert not result.failures and result.skipped > 0
+    assert workload.diff_states(generated.expected, workload.fold(result.events)) == []
