@@ -269,6 +269,9 @@ def test_timestamps_become_utc():
     assert shanghai.after["dt"] == "2024-05-01 18:00:00.125"  # DATETIME has no zone
     (kept,) = events_of(message, **{"timestamp-zone": ""})
     assert kept.after["ts"] == "2024-05-01 18:00:00.125"
+    for bad in ("2024-05-01 18:00:00xyz", "2024-02-30 18:00:00", "2024-05-01 25:00:00", "yesterday"):
+        broken = {**message, "data": [{"id": "1", "ts": bad}]}
+        assert f"column 'ts': value {bad!r} does not fit type timestamp(3)" in reason_of(broken)
 
 
 def test_unknown_timestamp_zone_is_rejected_at_configuration():

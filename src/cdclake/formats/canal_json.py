@@ -86,7 +86,7 @@ _TRUNCATE_SQL: Final = re.compile(r"^\s*(?:/\*.*?\*/\s*)*truncate\b", re.IGNOREC
 # java.sql.Types code → type text, for columns whose mysqlType is missing or empty. UNSIGNED promotion
 # (Canal and TiCDC bump the code by value, e.g. BIGINT UNSIGNED → DECIMAL) cannot be undone from the code.
 _SQLTYPE_TEXT: Final = {
-    -7: "bit(64)", -6: "tinyint", 5: "smallint", 4: "int", -5: "bigint", 6: "double", 7: "float",
+    -7: "bit", -6: "tinyint", 5: "smallint", 4: "int", -5: "bigint", 6: "double", 7: "float",
     8: "double", 2: "decimal", 3: "decimal", 91: "date", 92: "time", 93: "datetime", 1: "char", 12: "varchar",
     -1: "text", -15: "char", -9: "varchar", -16: "text", 2005: "text", 2011: "text", -2: "binary",
     -3: "varbinary", -4: "blob", 2004: "blob", 16: "boolean",
@@ -145,7 +145,8 @@ def converter(t: SqlType, timestamp_zone: str | None) -> Converter | None:
     """The text → canonical value function of one column type (``None``: the text is the value).
 
     Equivalent to :func:`cdclake.values.from_text` (the tests hold them to it); it only picks, once per
-    column, the cheapest way to the same value."""
+    column, the cheapest way to the same value. (The row fast path lets msgspec parse integers and floats,
+    which also accepts integral spellings such as ``"1.0"`` that ``int()`` refuses.)"""
     family = t.family
     if family in _AS_TEXT:
         return None
@@ -173,11 +174,13 @@ def _decimal_converter(slow: Converter) -> Converter:
 def _utc_timestamp_converter(slow: Converter) -> Converter:
     def timestamp(text: str) -> Any:
         # A UTC rendering only needs the canonical spelling; anything unusual takes the general path.
-        if len(text) < 19 or text[10] != " " or text.startswith("0000-00-00"):
+        fraction = text[19:]
+        if (len(text) < 19 or text[10] != " " or text.startswith("0000-00-00")
+                or (fraction and not (fraction[0] == "." and fraction[1:].isdigit()))):
             return slow(text)
         head = text[:10] + "T" + text[11:19]
         dt.datetime.fromisoformat(head)  # validates the date and the clock
-        return head + text[19:] + "Z"
+        return head + fraction + "Z"
 
     return timestamp
 
