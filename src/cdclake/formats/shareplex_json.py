@@ -312,9 +312,10 @@ class SharePlexJson(Format):
         return records
 
     def _message(self, e: ChangeEvent, seq: int, size: int) -> dict[str, Any]:
-        scn, trans = e.commit_ts or 0, str(e.commit_ts or 0)
+        scn = e.commit_ts or 0
+        trans = f"0.0.{scn}"  # Oracle's undo-segment.slot.sequence form
         parts = (e.position or "").split("/")
-        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+        if len(parts) == 3 and parts[0].isdigit() and not parts[1].isdigit() and parts[2].isdigit():
             scn, trans, seq = int(parts[0]), parts[1], int(parts[2])  # a position this format decoded
             size = max(size, seq)
         millis = e.ts_ms if e.ts_ms is not None else e.commit_ts or 0
