@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any, Final
 
 import msgspec
@@ -115,9 +116,10 @@ class _Operation(msgspec.Struct, gc=False):
     value: bytes  # the message itself, for DROP COLUMN
 
     def position(self, offset: int) -> str:
+        """``pad_position(scn, trans, seq)``, or its fallbacks."""
         if self.scn is None:
             return pad_position(0, "", offset)
-        return pad_position(self.scn, self.trans or "", self.seq if self.seq is not None else offset)
+        return "%020d/%s/%020d" % (self.scn, self.trans or "", self.seq if self.seq is not None else offset)  # noqa: UP031
 
 
 def _number(value: int | str | None, member: str) -> int | None:
@@ -128,14 +130,14 @@ def _number(value: int | str | None, member: str) -> int | None:
     return int(value)
 
 
-def _millis(text: str | None, member: str) -> int | None:
-    """``yyyy-MM-ddTHH:mm:ss[.f][Z|±hh:mm]``; without a zone the time is UTC."""
-    if text is None:
-        return None
+@lru_cache(maxsize=4096)
+def _millis(text: str) -> int:
+    """``yyyy-MM-ddTHH:mm:ss[.f][Z|±hh:mm]``; without a zone the time is UTC. Cached: the operations of
+    one second share their text."""
     try:
         return V.micros_from_datetime_text(text) // 1000
     except ValueError:
-        raise DecodeError(f"meta.{member} {text[:40]!r} is not a time") from None
+        raise DecodeError(f"meta.time {text[:40]!r} is not a time") from None
 
 
 def _read(value: bytes) -> _Operation:
@@ -146,7 +148,7 @@ def _read(value: bytes) -> _Operation:
     except msgspec.DecodeError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     meta = msg.meta
-    op = _OPS.get(meta.op.lower().replace(" ", "").replace("_", "").replace("-", ""))
+    op = _OPS.get(meta.op) or _OPS.get(meta.op.lower().replace(" ", "").replace("_", "").replace("-", ""))
     if op is None:
         raise DecodeError(f"unknown SharePlex operation {meta.op!r}")
     if not meta.table:
@@ -163,7 +165,8 @@ def _read(value: bytes) -> _Operation:
         if (seq is not None and seq != int(first)) or (size is not None and size != int(second)):
             raise DecodeError(f"meta.idx {meta.idx!r} disagrees with seq {seq} and size {size}")
         seq = int(first)
-    return _Operation(op=op, database=database, table=table, commit_ts=_millis(meta.time, "time"),
+    return _Operation(op=op, database=database, table=table,
+                      commit_ts=None if meta.time is None else _millis(meta.time),
                       scn=_number(meta.scn, "scn"), trans=meta.trans, seq=seq, data=msg.data, key=msg.key,
                       value=value)
 
@@ -191,6 +194,7 @@ class SharePlexJson(Format):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._keys = parse_key_columns(self.settings["key-columns"])
+        self._layouts: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Column]] = {}
 
     def _key_columns(self, database: str | None, table: str) -> tuple[str, ...]:
         if not self._keys:
@@ -200,6 +204,15 @@ class SharePlexJson(Format):
             if name in self._keys:
                 return self._keys[name]
         return _NO_KEY
+
+    def _columns(self, names: tuple[str, ...], keys: tuple[str, ...]) -> list[Column]:
+        """The columns of a row layout, made once per layout (bounded: layouts can vary per row)."""
+        columns = self._layouts.get((names, keys))
+        if columns is None:
+            if len(self._layouts) >= 4096:
+                self._layouts.clear()
+            columns = self._layouts[(names, keys)] = [Column(name, key=name in keys) for name in names]
+        return columns
 
     # ---------------------------------------------------------------------------------------- decoding
 
@@ -288,8 +301,7 @@ class SharePlexJson(Format):
             key = {name: identity[name] for name in keys} if keys else None
         except KeyError as exc:
             raise DecodeError(f"{operation.op} row lacks key column {exc}") from None
-        names = dict.fromkeys([*(before or ()), *(after or ())])
-        columns = [Column(name, key=name in keys) for name in names]
+        columns = self._columns(tuple(dict.fromkeys([*(before or ()), *(after or ())])), keys)
         return [ChangeEvent(kind=ROW, op=kind, key=key, before=before, after=after, columns=columns, **common)]
 
     # ---------------------------------------------------------------------------------------- encoding
