@@ -725,13 +725,14 @@ class TicdcAvro(Format):
 
     def _reset_caches(self) -> None:
         self._plans: dict[int, _Plan] = {}
+        self._pairs: dict[bytes, tuple[_Plan, _Plan, int, int, list[Column], tuple[str, ...]]] = {}
         self._columns: dict[tuple[int, int], list[Column]] = {}
         self._writers: dict[Any, _Writer] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Plans hold compiled closures; executors rebuild them from the (picklable) registry.
         state = self.__dict__.copy()
-        for cache in ("_plans", "_columns", "_writers"):
+        for cache in ("_plans", "_pairs", "_columns", "_writers"):
             state.pop(cache, None)
         return state
 
@@ -814,21 +815,11 @@ class TicdcAvro(Format):
         value = record.value
         if key_data is None:
             return self._marker(record)
-        plans = self._plans
-        key_id = _ID(key_data, 1)[0] if len(key_data) > 4 and key_data[0] == 0 else header_id(key_data)
-        key_plan = plans.get(key_id) or self._plan(key_id)
         if not value or (value[0] == DELETE_MARKER and len(value) == 9):
-            key = self._read(key_plan, key_data, key_id)[0]
-            commit_ts = int.from_bytes(value[1:], "big") if value else None
-            event = ChangeEvent(
-                kind=ROW, op=DELETE, database=key_plan.database, table=key_plan.table, key=key,
-                columns=self._key_columns(key_id, -1, key_plan, None), commit_ts=commit_ts,
-                position=self._position(_RANK_DELETE, record) if commit_ts else _kafka_position(record),
-                ts_ms=commit_ts >> 18 if commit_ts else record.timestamp,
-            )  # fmt: skip
-            return [event], _TOMBSTONE
-        value_id = _ID(value, 1)[0] if len(value) > 4 and value[0] == 0 else header_id(value)
-        plan = plans.get(value_id) or self._plan(value_id)
+            return self._delete(record, key_data, value)
+        # Both 5-byte headers together name everything a record needs; only validated headers are cached.
+        pair = self._pairs.get(key_data[:5] + value[:5]) or self._pair(key_data, value)
+        plan, key_plan, key_id, value_id, columns, key_names = pair
         fast = plan.fast
         try:
             read = fast(value) if fast is not None else None
@@ -838,7 +829,11 @@ class TicdcAvro(Format):
             read = _read_reference(plan, value, value_id)
         row, before, op_text, commit_ts, physical, expected, corrupted, actual, problem = read
         try:  # the key record repeats the row's key columns: take them from the row
-            key = {name: row[name] for name in key_plan.order}
+            if len(key_names) == 1:
+                name = key_names[0]
+                key = {name: row[name]}
+            else:
+                key = {name: row[name] for name in key_names}
         except KeyError:
             key = self._read(key_plan, key_data, key_id)[0]
         op = _OPS.get(op_text)
@@ -857,12 +852,35 @@ class TicdcAvro(Format):
             after = row
         event = ChangeEvent(
             kind=ROW, op=op, database=plan.database, table=plan.table, key=key, before=before, after=after,
-            columns=self._key_columns(key_id, value_id, key_plan, plan), commit_ts=commit_ts or None,
+            columns=columns, commit_ts=commit_ts or None,
             position=self._position(_RANK_DELETE if op == DELETE else _RANK_UPSERT, record) if commit_ts
             else _kafka_position(record),
             ts_ms=commit_ts >> 18 if commit_ts else physical or record.timestamp, checksum=checksum,
         )  # fmt: skip
         return [event], outcome
+
+    def _pair(self, key_data: bytes, value: bytes) -> tuple[_Plan, _Plan, int, int, list[Column], tuple[str, ...]]:
+        key_id = header_id(key_data)
+        value_id = header_id(value)
+        key_plan = self._plan(key_id)
+        plan = self._plan(value_id)
+        pair = (plan, key_plan, key_id, value_id, self._key_columns(key_id, value_id, key_plan, plan), key_plan.order)
+        self._pairs[key_data[:5] + value[:5]] = pair
+        return pair
+
+    def _delete(self, record: Record, key_data: bytes, value: bytes | None) -> tuple[list[ChangeEvent], Outcome]:
+        """A tombstone, or new TiCDC's 0x03 delete marker carrying the commit ts."""
+        key_id = header_id(key_data)
+        key_plan = self._plan(key_id)
+        key = self._read(key_plan, key_data, key_id)[0]
+        commit_ts = int.from_bytes(value[1:], "big") if value else None
+        event = ChangeEvent(
+            kind=ROW, op=DELETE, database=key_plan.database, table=key_plan.table, key=key,
+            columns=self._key_columns(key_id, -1, key_plan, None), commit_ts=commit_ts,
+            position=self._position(_RANK_DELETE, record) if commit_ts else _kafka_position(record),
+            ts_ms=commit_ts >> 18 if commit_ts else record.timestamp,
+        )  # fmt: skip
+        return [event], _TOMBSTONE
 
     @staticmethod
     def _read(plan: _Plan, data: bytes, schema_id: int) -> _Read:
