@@ -24,11 +24,13 @@ never trusted for UNSIGNED) and converted by :func:`cdclake.values.from_text`. C
 Order: ``commit_ts`` is ``_tidb.commitTs`` when present, else ``es`` (epoch ms, one-second resolution in
 open-source Canal). Canal writes no binlog position, so ``position`` is
 ``pad_position(gtid transaction number, Kafka offset, row index)``: the GTID transaction number (0 when
-``gtid`` is absent or empty) orders transactions of one server that committed in the same second across
-re-deliveries, the offset orders the events of one transaction (several messages can share one GTID) and
-of producers without GTIDs, and the row index orders the rows of one message. A re-delivered copy has a
-different offset, so it is not dropped as an exact replay, but it sorts next to the original (it carries
-the same ``commit_ts`` and transaction number), which makes re-applying it harmless.
+``gtid`` is absent or empty) orders transactions of one server that committed in the same second, the
+offset orders the events of one transaction (several messages can share one GTID) and of producers without
+GTIDs, and the row index orders the rows of one message. Nothing in a Canal message identifies a copy
+(``id`` is a batch number shared by many messages, ``ts`` a build time shared by a batch), so a re-delivered
+copy gets its own offset and is applied again where it lands; that is harmless unless a later change of
+the same key in the same second (and GTID transaction) lies between original and copy. With TiCDC the
+exact ``commitTs`` puts a copy back beside its original.
 
 The encoder writes what each producer writes (option ``flavour``): ``canal`` (full type text, partial
 ``old``, null members written, members in alphabetical order as fastjson writes them), ``tidb`` (``_tidb``
