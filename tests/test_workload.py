@@ -545,7 +545,7 @@ def test_emit_keeps_encoder_topics_tombstones_and_stamps_times(monkeypatch):
     monkeypatch.setattr(formats, "create", lambda name, options=None: _Echo())
     db = busy(seed=15)
     events = db.run(1500)
-    records = W.emit(events, "echo", partitions=2, profile=W.Profile(topics="table", tombstones=True))
+    records = W.emit(events, "echo", partitions=2, profile=W.Profile(topics="table"))
     topics = {r.topic for r in records}
     assert topics == {f"echo.{d}.{t}" for d, t in {(e.database, e.table) for e in events if e.kind == ROW}}
     # Resolved records, which the encoder leaves unnamed, follow each table's topic.
