@@ -338,3 +338,37 @@ def test_simulated_workload_reaches_the_expected_state(tmp_path: Path) -> None:
     result = DebeziumAvro(**options).decode(generated.records)
     assert not result.failures and result.skipped > 0
     assert workload.diff_states(generated.expected, workload.fold(result.events)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(change_events(ALL_COLUMNS))
+def test_generated_reader_matches_fastavro(events: list[ChangeEvent]) -> None:
+    fmt = DebeziumAvro(registry="memory:")
+    for record in fmt.encode(events):
+        for data, key in ((record.value, False), (record.key, True)):
+            if data is None:
+                continue
+            reader = fmt._reader(confluent.header_id(data), key=key)
+            assert reader.fast is not None
+            assert reader.fast(data) == confluent.read_payload(reader.parsed, data, reader.schema_id)
+            with pytest.raises((ValueError, IndexError)):
+                reader.fast(data[:-1] if len(data) > 6 else data + b"\x00")
+
+
+def test_schemas_the_generator_does_not_handle_go_through_fastavro(tmp_path: Path) -> None:
+    schema = {"type": "record", "name": "Envelope", "namespace": "s.db.t", "fields": [
+        {"name": "after", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "v", "type": ["null", {"type": "array", "items": "float"}], "default": None},
+            {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}},
+            {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}}]}]},
+        {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
+            {"name": "db", "type": "string"}, {"name": "table", "type": "string"}, {"name": "ts_ms", "type": "long"}]}},
+        {"name": "op", "type": "string"}]}
+    fmt = DebeziumAvro(registry=registry_dir(tmp_path, {1: schema}))
+    datum = {"after": {"id": 1, "v": [0.5, 2.0], "e": "B", "f": b"\x01\x02"},
+             "source": {"db": "db", "table": "t", "ts_ms": 1}, "op": "c"}
+    event = only_event(fmt, Record(value=framed(schema, 1, datum)))
+    assert fmt._reader(1).fast is None
+    assert event.after == {"id": 1, "v": "[0.5,2.0]", "e": "B", "f": "AQI="}
+    assert [c.type for c in event.columns or []] == ["int", "json", "text", "blob"]

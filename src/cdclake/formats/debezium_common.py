@@ -206,7 +206,8 @@ def database_of(source: Source) -> str | None:
 
 def position_of(source: Source) -> str | None:
     if source.file is not None and source.pos is not None:
-        return pad_position(source.file, source.pos, source.row or 0)
+        # pad_position(file, pos, row), spelled out: this runs once per event
+        return f"{source.file}/{source.pos:020d}/{source.row or 0:020d}"
     if source.lsn is not None:
         return pad_position(source.lsn if isinstance(source.lsn, int) else str(source.lsn))
     return None
