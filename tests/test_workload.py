@@ -717,3 +717,55 @@ def test_position_styles():
     assert re.fullmatch(r"\d{20}", sequence)
     assert re.fullmatch(r"mysql-bin\.000001/\d{20}/0{20}", binlog)
     assert re.fullmatch(r"0{19}1/\d{20}/\d{20}", dts)
+
+
+BROADCASTING = [name for name in _present() if W.profile_for(name).ddl or W.profile_for(name).resolved]
+
+
+def _control(e: ChangeEvent) -> tuple | None:
+    """What identifies a DDL, truncate or resolved event across formats (a TRUNCATE statement is a truncate)."""
+    if e.kind == RESOLVED:
+        return (RESOLVED, e.commit_ts)
+    if e.kind == TRUNCATE or (e.kind == DDL and e.ddl.startswith("TRUNCATE")):
+        return (TRUNCATE, e.table)
+    return (DDL, e.ddl) if e.kind == DDL else None
+
+
+@pytest.mark.parametrize("name", BROADCASTING)
+def test_ddl_and_resolved_reach_the_partitions_the_producer_sends_them_to(name, tmp_path):
+    options = _with_registry(name, {}, tmp_path)
+    profile = W.profile_for(name, options)
+    assert profile.topics == "single"  # per-table topics would need per-topic expectations
+    db = W.Database(seed=22, tables=3, profile=profile, ddl_rate=0.05)
+    events = db.run(2000)
+    decoded = _decoded(W.emit(events, name, partitions=3, options=options), name, options)
+    sent = [c for c in map(_control, events) if c is not None]
+    got: dict[int, list] = {p: [] for p in range(3)}
+    for e in decoded:
+        if (control := _control(e)) is not None:
+            got[e.source.partition].append(control)
+    assert sent
+    for kind in (DDL, TRUNCATE, RESOLVED):
+        want = [c for c in sent if c[0] == kind]
+        lists = {p: [c for c in controls if c[0] == kind] for p, controls in got.items()}
+        to = profile.resolved_to if kind == RESOLVED else profile.ddl_to
+        if to == "all":
+            assert all(lists[p] == want for p in lists), kind
+        elif to == "first":
+            assert lists[0] == want and not lists[1] and not lists[2], kind
+        else:  # with its table's rows: each on exactly one partition
+            assert sorted(c for p in lists for c in lists[p]) == sorted(want), kind
+
+
+@pytest.mark.parametrize("name", [n for n in _present() if n.startswith("debezium")])
+def test_debezium_deletes_are_followed_by_tombstones(name, tmp_path):
+    options = _with_registry(name, {}, tmp_path)
+    events = W.Database(seed=23, tables=2, profile=W.profile_for(name), key_change_rate=0.2).run(1500)
+    records = W.emit(events, name, partitions=2, options=options)
+    deletes = sum(e.op == DELETE for e in events) + len(W.split_key_changes(events)) - len(events)
+    for topic, partition in {(r.topic, r.partition) for r in records}:
+        log = [r for r in records if (r.topic, r.partition) == (topic, partition)]
+        for i, record in enumerate(log):
+            if record.value is None:
+                assert i > 0 and log[i - 1].key == record.key and log[i - 1].value is not None
+    assert sum(r.value is None for r in records) == deletes
