@@ -344,14 +344,13 @@ class DebeziumAvro(DebeziumFormat):
         source = self._source(datum.get("source"))
         if op is None:
             return self._non_change(datum, source)
-        before = _row(reader.before, datum.get("before"))
-        after = _row(reader.after, datum.get("after"))
         shape = reader.after or reader.before
-        key = self._key(record.key, shape) if record.key is not None else None
-        names = key_names_of(key)
         if shape is None:
             raise DecodeError(f"schema id {reader.schema_id} has op but no before/after row records")
-        return envelope_events(op, before, after, source, key, shape.columns(names))
+        before = _row(reader.before, datum.get("before"))
+        after = _row(reader.after, datum.get("after"))
+        key = self._key(record.key, shape) if record.key is not None else None
+        return envelope_events(op, before, after, source, key, shape.columns(key_names_of(key)))
 
     @staticmethod
     def _source(block: Any) -> Source | None:
