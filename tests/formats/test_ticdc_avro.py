@@ -578,6 +578,13 @@ def test_unknown_tidb_type_and_op_are_failures():
         f"schema id {odd_id}: column 'g' has unknown tidb_type 'GEOMETRY'",
         "unknown _tidb_op 'x' (expected c, u or d)",
     ]
+    for field, reason in (
+        (_column("d", "bytes", "DECIMAL", nullable=False), "column 'd': DECIMAL as Avro bytes without the decimal"),
+        (_column("t", "int", "TEXT", nullable=False), "column 't': tidb_type TEXT cannot be Avro 'int'"),
+    ):
+        schema_id = fmt.registry.register(f"bad-{field['name']}", {**KEY_SCHEMA, "fields": [field]})
+        (failure,) = fmt.decode([Record(key=frame(schema_id, b"\x00"), value=None)]).failures
+        assert reason in failure.reason
     not_ticdc = {**KEY_SCHEMA, "fields": [{"name": "id", "type": "int"}]}
     plain_id = fmt.registry.register("plain", not_ticdc)
     (failure,) = fmt.decode([Record(key=frame(plain_id, b"\x02"), value=None)]).failures

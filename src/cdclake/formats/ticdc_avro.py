@@ -120,7 +120,6 @@ DELETE_MARKER: Final = 0x03
 _OPS: Final = {"c": INSERT, "u": UPDATE, "d": DELETE, "": UPDATE, None: UPDATE}
 _RANK_DELETE: Final = 0
 _RANK_UPSERT: Final = 1
-_ID: Final = struct.Struct(">i").unpack_from
 _RANK_PREFIX: Final = {rank: pad_position(rank, "") for rank in (_RANK_DELETE, _RANK_UPSERT)}
 _U64: Final = 1 << 64
 _I63: Final = 1 << 63
@@ -177,6 +176,16 @@ def _local_timestamp(zone: str) -> Converter:
     return convert
 
 
+# The Avro types TiCDC writes for each tidb_type (FLOAT was double before v7.0.0).
+_AVRO_TYPES: Final = {
+    "INT": ("int", "long"), "INT UNSIGNED": ("int", "long"), "BIGINT": ("long",), "YEAR": ("int",),
+    "BIGINT UNSIGNED": ("long", "string"), "FLOAT": ("float", "double"), "DOUBLE": ("double",),
+    "DECIMAL": ("bytes", "string"), "TEXT": ("string",), "JSON": ("string",), "DATE": ("string",),
+    "DATETIME": ("string",), "TIME": ("string",), "TIMESTAMP": ("string",), "BLOB": ("bytes",), "BIT": ("bytes",),
+    "ENUM": ("string",), "SET": ("string",), "TiDBVECTORFloat32": ("string",),
+}  # fmt: skip
+
+
 class _Col(NamedTuple):
     name: str
     tidb_type: str
@@ -201,6 +210,9 @@ def _column_of(field: dict[str, Any], zone: str) -> tuple[_Col, Any]:
     params = avro_type["connect.parameters"]
     tidb_type = params.get("tidb_type")
     base = avro_type.get("type")
+    expected = _AVRO_TYPES.get(tidb_type)
+    if expected is not None and base not in expected:
+        raise DecodeError(f"column {name!r}: tidb_type {tidb_type} cannot be Avro {base!r}")
     convert: Converter | None = None
     scale: int | None = None
     allowed: tuple[str, ...] = ()
@@ -216,8 +228,10 @@ def _column_of(field: dict[str, Any], zone: str) -> tuple[_Col, Any]:
             scale = int(avro_type.get("scale", 0))
             text = f"decimal({int(avro_type.get('precision', 10))},{scale})"
             convert = _decimal_text
-        else:
+        elif base == "string":
             text = "decimal"
+        else:
+            raise DecodeError(f"column {name!r}: DECIMAL as Avro bytes without the decimal logical type")
     elif tidb_type in ("TEXT", "JSON", "DATE", "DATETIME", "TIME"):
         text = tidb_type.lower()
     elif tidb_type == "BLOB":
@@ -254,7 +268,6 @@ class _Plan:
     """What one writer schema needs at decode time, built once per schema ID."""
 
     __slots__ = (
-        "before_name",
         "checksum",
         "cols",
         "columns",
@@ -263,7 +276,6 @@ class _Plan:
         "fast",
         "has_checksum",
         "hint",
-        "names",
         "order",
         "parsed",
         "table",
@@ -278,6 +290,8 @@ class _Plan:
         namespace = str(raw.get("namespace") or "")
         self.database: str | None = namespace.partition(".")[2] or None
         fields = raw["fields"]
+        if not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
+            raise DecodeError("writer schema has a field that is not a named Avro field")
         end = next((i for i, f in enumerate(fields) if f.get("name") in RESERVED), len(fields))
         cols: list[_Col] = []
         encoders = []
@@ -286,7 +300,6 @@ class _Plan:
             cols.append(col)
             encoders.append(encoder)
         self.cols = cols
-        self.names = frozenset(c.name for c in cols)
         self.order = tuple(c.name for c in cols)
         self.converters = tuple((c.name, c.convert) for c in cols if c.convert is not None)
         self.tail = tuple(str(f.get("name")) for f in fields[end:])
@@ -297,7 +310,6 @@ class _Plan:
             if any(c.tidb_type == "TIMESTAMP" for c in cols)
             else ""
         )
-        self.before_name = BEFORE_FIELD if BEFORE_FIELD in self.tail else None
         self.checksum = RowChecksum(encoders)
         self.columns = [Column(c.name, c.type_text, False, c.nullable) for c in cols]
         self.fast: Callable[[bytes], _Read] | None = _compile_reader(raw, self, encoders, V.zone(zone) is V.UTC)
