@@ -305,6 +305,16 @@ def test_a_row_of_every_tidb_type(precise):
     assert _read_reference(plan, record.value, value_id)[0] == EXPECTED_ALL_TYPES
 
 
+def test_unusual_unions_take_the_reference_path():
+    fmt = TicdcAvro()
+    single = {"name": "id", "type": [{"type": "int", "connect.parameters": {"tidb_type": "INT"}}]}
+    schema = {**KEY_SCHEMA, "fields": [single]}
+    schema_id = fmt.registry.register("k", schema)
+    (event,) = fmt.decode([Record(key=frame(schema_id, b"\x00\x02"), value=None)]).events  # branch 0, id=1
+    assert event.key == {"id": 1}
+    assert fmt._plans[schema_id].fast is None
+
+
 def test_without_the_extension_insert_and_update_are_upserts():
     fmt = TicdcAvro()
     schema = {**VALUE_SCHEMA, "fields": VALUE_SCHEMA["fields"][:3]}

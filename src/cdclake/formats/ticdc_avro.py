@@ -646,6 +646,8 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
     for i, (field, col) in enumerate(zip(fields[:ncols], plan.cols, strict=True)):
         avro = field["type"]
         if isinstance(avro, list):
+            if len(avro) != 2 or "null" not in avro:
+                return None
             null_byte = 2 * avro.index("null")
             value_byte = 2 - null_byte
             branch = next(b for b in avro if b != "null")
