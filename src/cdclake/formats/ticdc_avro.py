@@ -722,7 +722,10 @@ class TicdcAvro(Format):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         s = self.settings
-        V.zone(s["timestamp-zone"])  # an unknown zone fails here, not on the first TIMESTAMP
+        try:  # an unknown zone fails here, not on the first TIMESTAMP
+            V.zone(s["timestamp-zone"])
+        except (KeyError, ValueError, OSError):
+            raise ValueError(f"ticdc-avro: unknown timestamp-zone {s['timestamp-zone']!r}") from None
         if s["integrity-check-level"] == "correctness" and not (
             s["enable-tidb-extension"]
             and s["decimal-handling-mode"] == "string"
