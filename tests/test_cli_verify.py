@@ -102,3 +102,14 @@ def test_verify_needs_a_format_with_checksums_and_the_registry(tmp_path):
     assert result.exit_code == 1
     assert "schema id 1 is not in schema directory" in result.stdout
     assert "0 rows checked" in result.stdout
+
+
+def test_decode_stops_on_corruption_under_error_handling(tmp_path):
+    schemas, path = _write(tmp_path, tampered=True)
+    args = ["decode", "-f", "ticdc-avro", "-o", f"registry={schemas}", str(path)]
+    result = CliRunner().invoke(app, [*args, "-o", "corruption-handling=error"])
+    assert result.exit_code == 1
+    assert "cdclake: ticdc-avro: stopped: ticdc-avro: record test_t[0]@1: row checksum mismatch" in result.output
+    quarantined = CliRunner().invoke(app, args)
+    assert quarantined.exit_code == 1  # the default dead-letters the two corrupt rows and goes on
+    assert "5 records: 2 events, 0 skipped, 3 failed" in quarantined.output

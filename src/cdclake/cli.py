@@ -71,7 +71,12 @@ def decode(
                 continue
             where[id(line.record)] = line
             good.append(line.record)
-        result = fmt.decode(good)
+        try:
+            result = fmt.decode(good)
+        except fmt.fatal as exc:  # e.g. a schema registry that is down, or corruption-handling=error
+            out.flush()
+            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
+            raise typer.Exit(1) from None
         for event in result.events:
             out.write(to_json(event) + b"\n")
         events += len(result.events)
