@@ -223,6 +223,8 @@ def verify(
         options = parse_options(cls, option or [])
         if registry:
             options["registry"] = registry
+        if "registry" in {o.name for o in cls.options} and not options.get("registry"):
+            raise ValueError(f"format {format_name} needs --registry (a schema registry URL or folder)")
         fmt = formats.create(format_name, options)
     except ValueError as exc:
         raise _fail(str(exc)) from None

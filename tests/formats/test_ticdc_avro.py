@@ -558,7 +558,7 @@ def test_checksum_mode_needs_string_modes_and_extension():
         (INSERT_KEY, b"\x00\x00\x00\x00", "message of 4 byte(s) is shorter than the 5-byte Confluent header"),
         (b"\x01" + INSERT_KEY[1:], INSERT_VALUE, "first byte is 0x01, not the Confluent magic byte 0x00"),
         (INSERT_KEY, b"\x04" + INSERT_VALUE[1:], "first byte is 0x04, not the Confluent magic byte 0x00"),
-        (INSERT_KEY, frame(77, b"\x02"), "schema id 77 is not in memory registry"),
+        (INSERT_KEY, frame(77, b"\x02"), "schema id 77 is not in memory registry (the registry option is not set"),
         (frame(78, b"\x02"), INSERT_VALUE, "schema id 78 is not in memory registry"),
         (INSERT_KEY, INSERT_VALUE[:-3], "Avro datum for schema id 2 is truncated"),
         (INSERT_KEY, INSERT_VALUE[:12], "Avro datum for schema id 2 is truncated"),

@@ -770,7 +770,12 @@ class TicdcAvro(Format):
         plan = self._plans.get(schema_id)
         if plan is None:
             registry = self.registry
-            raw = registry.raw_schema(schema_id)
+            try:
+                raw = registry.raw_schema(schema_id)
+            except DecodeError as exc:
+                if self.settings["registry"]:
+                    raise
+                raise DecodeError(f"{exc} (the registry option is not set: give a registry URL or folder)") from None
             try:
                 plan = _Plan(raw, registry.schema(schema_id), self.settings["timestamp-zone"])
             except DecodeError as exc:
