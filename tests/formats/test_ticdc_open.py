@@ -571,3 +571,14 @@ def test_unknown_option_and_bad_choice_are_rejected():
         formats.create("ticdc-open", {"zone": "UTC"})
     with pytest.raises(ValueError, match="compression"):
         formats.create("ticdc-open", {"compression": "zstd"})
+
+
+@pytest.mark.parametrize("value", [3.4025001647762064e38, 3.4028234663852886e38, -3.4028234663852886e38,
+                                   1.401298464324817e-45, 1.1754943508222875e-38, 0.0, 153.1230010986328])
+def test_float32_extremes_round_trip(value):
+    column = [Column("id", "bigint", True, False), Column("f", "float")]
+    event = ChangeEvent(kind="row", op="c", database="d", table="t", after={"id": 1, "f": value}, columns=column,
+                        commit_ts=1)
+    fmt = formats.create("ticdc-open")
+    (record,) = fmt.encode([event])
+    assert fmt.decode([record]).events[0].after["f"] == value

@@ -47,7 +47,7 @@ import os
 import re
 import struct
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -69,9 +69,10 @@ from cdclake.events import (
     UPDATE,
     ChangeEvent,
     Column,
+    Source,
     complete_before,
 )
-from cdclake.formats.base import DecodeError, Format, Option
+from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
 
 VERSION: Final = 1
@@ -415,8 +416,11 @@ def _float32_json(value: float) -> msgspec.Raw:
     number = _F32.unpack(_F32.pack(value))[0]
     for digits in range(1, 10):
         text = f"{number:.{digits}g}"
-        if _F32.unpack(_F32.pack(float(text)))[0] == number:
-            return msgspec.Raw(text.encode())
+        try:
+            if _F32.unpack(_F32.pack(float(text)))[0] == number:
+                return msgspec.Raw(text.encode())
+        except OverflowError:  # rounded past the largest float32: more digits are needed
+            continue
     return msgspec.Raw(repr(number).encode())  # pragma: no cover — 9 digits always round-trip a float32
 
 
@@ -526,6 +530,26 @@ class TicdcOpen(Format):
 
     # -- decoding ------------------------------------------------------------------------------------------
 
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        # Format.decode's loop, giving each record's Source to its events directly.
+        out = Decoded()
+        events, failures, name = out.events, out.failures, self.name
+        decode_pair = self._decode_pair
+        for record in records:
+            try:
+                got = decode_pair(record.key, record.value, True)
+            except Exception as exc:
+                failures.append(Failure(record, name, reason(exc)))
+                continue
+            if not got:
+                out.skipped += 1
+                continue
+            source = Source(name, record.topic, record.partition, record.offset)
+            for event in got:
+                event.source = source
+            events.extend(got)
+        return out
+
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         return self._decode_pair(record.key, record.value, allow_claim_check=True)
 
@@ -631,9 +655,10 @@ class TicdcOpen(Format):
             after, plan = self._image(body.u)
             image = after
             if body.p is not None:
-                before, old_plan = self._image(body.p)
-                if old_plan.names != plan.names:  # only-output-updated-columns: complete the old image
-                    before = complete_before(after, before)
+                if tuple(body.p) == plan.names:  # both images of one event share the table's schema
+                    before, _ = self._image(body.p, plan)
+                else:  # only-output-updated-columns: complete the old image
+                    before = complete_before(after, self._image(body.p)[0])
                 op, rank = UPDATE, _RANK_UPDATE
             else:
                 before = None
@@ -648,18 +673,20 @@ class TicdcOpen(Format):
                            columns=list(plan.columns), commit_ts=key.ts, ts_ms=key.ts >> 18,
                            position=_position(key.ts, rank, key_json, raw))
 
-    def _image(self, cols: dict[str, _Col]) -> tuple[dict[str, Any], _Plan]:
-        """The canonical row image of a column map, and the plan describing its columns."""
-        values = cols.values()
-        # Types and flags only change with DDL, so one plan per column-map shape serves a whole table. `h`
-        # repeats flag 0x02 except in the earliest encoding, which has no flags.
-        flags = tuple([c.f for c in values])
-        shape = (tuple(cols), tuple([c.t for c in values]), flags)
-        if None in flags:
-            shape += (tuple([c.h for c in values]),)
-        plan = self._plans.get(shape)
+    def _image(self, cols: dict[str, _Col], plan: _Plan | None = None) -> tuple[dict[str, Any], _Plan]:
+        """The canonical row image of a column map, and the plan describing its columns (given for an old
+        image, whose column map has the new image's shape)."""
         if plan is None:
-            plan = self._plan(cols, shape)
+            values = cols.values()
+            # Types and flags only change with DDL, so one plan per column-map shape serves a whole table.
+            # `h` repeats flag 0x02 except in the earliest encoding, which has no flags.
+            flags = tuple([c.f for c in values])
+            shape = (tuple(cols), tuple([c.t for c in values]), flags)
+            if None in flags:
+                shape += (tuple([c.h for c in values]),)
+            plan = self._plans.get(shape)
+            if plan is None:
+                plan = self._plan(cols, shape)
         row = {name: c.v for name, c in cols.items()}
         for name, convert in plan.converts:
             value = row[name]
