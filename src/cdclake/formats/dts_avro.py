@@ -40,8 +40,9 @@ import io
 import logging
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any, Final
 
 import msgspec
@@ -59,10 +60,11 @@ from cdclake.events import (
     UPDATE,
     ChangeEvent,
     Column,
+    Source,
     complete_before,
     pad_position,
 )
-from cdclake.formats.base import DecodeError, Format, Option
+from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,7 @@ _POSTGRES_LIKE: Final = frozenset({3, 7})  # PostgreSQL, PPAS
 _ORACLE: Final = 1
 
 _DOUBLE = struct.Struct("<d")
+_NOT_CAPTURED: Final = object()  # EmptyObject.NONE: no value was captured for the column
 
 
 class _Truncated(Exception):
@@ -240,10 +243,11 @@ def _field(name: str, code: int, source_type: int) -> _Field:
 class _Layout:
     """Everything about one ``fields`` list that does not depend on the values; cached by its bytes."""
 
-    __slots__ = ("columns", "fields", "names", "nanos", "types")
+    __slots__ = ("columns", "fields", "names", "nanos", "reader", "types")
 
     def __init__(self, fields: list[_Field], source_type: int) -> None:
         self.fields = fields
+        self.reader: Any = None  # the compiled image reader, made on first use
         self.names = [f.name for f in fields]
         self.types = [f.text_type for f in fields]
         self.nanos = source_type == _ORACLE  # Oracle DateTime fractions are nanoseconds
@@ -455,7 +459,31 @@ class DtsAvro(Format):
         self._codecs: dict[bytes, str | None] = {}
         self._warned_trailing = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Layouts hold compiled readers, which do not pickle; executors rebuild them from the data.
+        return {**self.__dict__, "_layouts": {}, "_recent": {}}
+
     # -- decoding ------------------------------------------------------------------------------------------
+
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        # Format.decode's loop, giving each record's Source to its event directly.
+        out = Decoded()
+        events, failures, name = out.events, out.failures, self.name
+        decode_record = self.decode_record
+        for record in records:
+            try:
+                got = decode_record(record)
+            except Exception as exc:
+                failures.append(Failure(record, name, reason(exc)))
+                continue
+            if not got:
+                out.skipped += 1
+                continue
+            source = Source(name, record.topic, record.partition, record.offset)
+            for event in got:
+                event.source = source
+            events.extend(got)
+        return out
 
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         data = record.value
@@ -473,46 +501,78 @@ class DtsAvro(Format):
             raise DecodeError(f"malformed DTS Avro datum: {exc}") from None
 
     def _decode(self, data: bytes) -> list[ChangeEvent]:
-        _, pos = _varint(data, 0)  # version
+        # The header, with the one-byte varints and short strings that real records carry read inline.
+        size = len(data)
+        pos = 1 if data[0] < 0x80 else _varint(data, 0)[1]  # version
         record_id, pos = _varint(data, pos)
         source_timestamp, pos = _varint(data, pos)
-        raw, pos = _bytes(data, pos)
+        c = data[pos]
+        if c < 0x80 and not c & 1:
+            end = pos + 1 + (c >> 1)
+            raw = data[pos + 1:end]
+            pos = end
+        else:
+            raw, pos = _bytes(data, pos)
         source_position = raw.decode("utf-8")
-        _, pos = _bytes(data, pos)  # safeSourcePosition
-        _, pos = _bytes(data, pos)  # sourceTxid
-        source_type, pos = _varint(data, pos)
+        for _ in range(2):  # safeSourcePosition, sourceTxid
+            c = data[pos]
+            if c < 0x80 and not c & 1:
+                pos += 1 + (c >> 1)
+            else:
+                _, pos = _bytes(data, pos)
+        c = data[pos]
+        source_type, pos = ((c >> 1) ^ -(c & 1), pos + 1) if c < 0x80 else _varint(data, pos)
         if not 0 <= source_type < len(SOURCE_TYPES):
             raise DecodeError(f"unknown source type index {source_type}")
-        _, pos = _bytes(data, pos)  # source version
-        operation, pos = _varint(data, pos)
+        c = data[pos]  # source version
+        if c < 0x80 and not c & 1:
+            pos += 1 + (c >> 1)
+        else:
+            _, pos = _bytes(data, pos)
+        c = data[pos]
+        operation, pos = ((c >> 1) ^ -(c & 1), pos + 1) if c < 0x80 else _varint(data, pos)
         if not 0 <= operation < len(OPERATIONS):
             raise DecodeError(f"unknown operation index {operation} (known: 0..{len(OPERATIONS) - 1})")
-        branch, pos = _varint(data, pos)
-        if branch == 1:
+        branch = data[pos]
+        pos += 1
+        if branch == 2:
             raw, pos = _bytes(data, pos)
             object_name: str | None = raw.decode("utf-8")
         elif branch == 0:
             object_name = None
         else:
-            raise DecodeError(f"objectName: union branch {branch} of [null, string]")
-        branch, pos = _varint(data, pos)  # processTimestamps
-        if branch == 1:
+            raise DecodeError(f"objectName: union branch {_varint(data, pos - 1)[0]} of [null, string]")
+        branch = data[pos]  # processTimestamps
+        pos += 1
+        if branch == 2:
             n, pos = _block_count(data, pos)
             while n:
                 for _ in range(n):
                     _, pos = _varint(data, pos)
                 n, pos = _block_count(data, pos)
         elif branch != 0:
-            raise DecodeError(f"processTimestamps: union branch {branch} of [null, array]")
+            raise DecodeError(f"processTimestamps: union branch {_varint(data, pos - 1)[0]} of [null, array]")
         pk_uk_info = None
         n, pos = _block_count(data, pos)  # tags: only pk_uk_info matters here
         while n:
             for _ in range(n):
-                name, pos = _bytes(data, pos)
-                raw, pos = _bytes(data, pos)
-                if name == b"pk_uk_info":
-                    pk_uk_info = raw
+                is_key = data.startswith(b"\x14pk_uk_info", pos)
+                c = data[pos]
+                if c < 0x80 and not c & 1:
+                    pos += 1 + (c >> 1)
+                else:
+                    _, pos = _bytes(data, pos)
+                if is_key:
+                    pk_uk_info, pos = _bytes(data, pos)
+                    continue
+                c = data[pos]
+                if c < 0x80 and not c & 1:
+                    pos += 1 + (c >> 1)
+                else:
+                    _, pos = _bytes(data, pos)
             n, pos = _block_count(data, pos)
+        if pos > size:
+            raise _Truncated
         layout, pos = self._fields(data, pos, object_name, source_type)
         types = [] if layout is None else list(layout.types)
         before, pos = self._image(data, pos, "beforeImages", layout, types)
@@ -581,10 +641,17 @@ class DtsAvro(Format):
             raise DecodeError(f"{what}: union branch {_varint(data, pos - 1)[0]} of [null, string, array]")
         if layout is None:
             raise DecodeError(f"{what} holds values but the record has no fields")
+        reader = layout.reader
+        if reader is None:
+            reader = layout.reader = _compile_reader(layout, self._codecs)
+        try:
+            read = reader(data, pos, types, self._value)
+        except Exception:  # the generic reader below names the problem exactly
+            read = None
+        if read is not None:
+            return read
         fields = layout.fields
         count = len(fields)
-        size = len(data)
-        codecs_ = self._codecs
         row: dict[str, Any] = {}
         seen = 0
         n, pos = _block_count(data, pos)
@@ -593,129 +660,138 @@ class DtsAvro(Format):
                 raise DecodeError(f"{what} has more values than the {count} fields")
             for index in range(seen, seen + n):
                 field = fields[index]
-                b = data[pos]
-                pos += 1
                 try:
-                    if b == _B_INTEGER:
-                        if data[pos] < 0x80:  # precision
-                            pos += 1
-                        else:
-                            _, pos = _varint(data, pos)
-                        c = data[pos]
-                        if c < 0x80 and not c & 1:
-                            end = pos + 1 + (c >> 1)
-                            pos += 1
-                        else:
-                            length, pos = _varint(data, pos)
-                            end = pos + length
-                        if end > size:
-                            raise _Truncated
-                        value: Any = int(data[pos:end])
-                        pos = end
-                        if field.family == T.UNKNOWN:
-                            types[index] = "bigint"
-                    elif b == _B_CHARACTER:
-                        charset, pos = _bytes(data, pos)
-                        raw, pos = _bytes(data, pos)
-                        codec = codecs_.get(charset, False)
-                        if codec is False:
-                            codec = codecs_[charset] = _codec(charset)
-                        if codec is None:
-                            value = base64.b64encode(raw).decode("ascii")
-                            types[index] = field.binary_type if field.family != T.UNKNOWN else "varbinary"
-                        else:
-                            value = raw.decode(codec)
-                            if field.family == T.UNKNOWN:
-                                types[index] = "varchar"
-                    elif b == _B_NULL:
-                        value = None
-                    elif b == _B_DECIMAL:
-                        raw, pos = _bytes(data, pos)
-                        precision, pos = _varint(data, pos)
-                        scale, pos = _varint(data, pos)
-                        value = _decimal(raw.decode("ascii"), scale)
-                        if field.family in (T.DECIMAL, T.UNKNOWN):
-                            types[index] = f"decimal({precision},{scale})" if precision > 0 <= scale else "decimal"
-                    elif b == _B_DATETIME:
-                        parts, pos = _datetime_parts(data, pos)
-                        value = _datetime_text(parts, field.temporal, layout.nanos)
-                        if field.family == T.UNKNOWN:
-                            types[index] = _inferred_temporal(parts)
-                    elif b == _B_FLOAT:
-                        if pos + 8 > size:
-                            raise _Truncated
-                        value = _DOUBLE.unpack_from(data, pos)[0]
-                        _, pos = _varint(data, pos + 8)
-                        _, pos = _varint(data, pos)
-                        if field.family == T.UNKNOWN:
-                            types[index] = "double"
-                    elif b == _B_TIMESTAMP:
-                        seconds, pos = _varint(data, pos)
-                        micros, pos = _varint(data, pos)
-                        if not 0 <= micros <= 999_999:
-                            raise ValueError(f"Timestamp fraction {micros} is outside 0..999999 microseconds")
-                        value = V.timestamp_text_from_micros(seconds * 1_000_000 + micros)
-                        if field.family == T.UNKNOWN:
-                            types[index] = "timestamp"
-                    elif b == _B_TIMESTAMP_TZ:
-                        parts, pos = _datetime_parts(data, pos)
-                        raw, pos = _bytes(data, pos)
-                        value = _zoned_text(parts, raw.decode("utf-8"), layout.nanos)
-                        if field.family == T.UNKNOWN:
-                            types[index] = "timestamp" if parts[0] is not None else "timetz"
-                    elif b == _B_BINARY_GEOMETRY:
-                        _, pos = _bytes(data, pos)
-                        raw, pos = _bytes(data, pos)
-                        value = base64.b64encode(raw).decode("ascii")
-                        if field.family != T.BINARY:
-                            types[index] = "geometry"
-                    elif b == _B_TEXT_GEOMETRY:
-                        _, pos = _bytes(data, pos)
-                        raw, pos = _bytes(data, pos)
-                        value = raw.decode("utf-8")
-                        if field.family in (T.BINARY, T.UNKNOWN):
-                            types[index] = "text"
-                    elif b == _B_BINARY_OBJECT:
-                        raw, pos = _bytes(data, pos)
-                        object_type = raw.decode("utf-8").upper()
-                        raw, pos = _bytes(data, pos)
-                        if object_type in _TEXT_OBJECT_TYPES or (field.family in _TEXTUAL_FAMILIES
-                                                                 and object_type not in _BINARY_OBJECT_TYPES):
-                            value = raw.decode("utf-8")
-                            if field.family == T.UNKNOWN:
-                                types[index] = "text"
-                        else:
-                            value = base64.b64encode(raw).decode("ascii")
-                            if field.family != T.BINARY:
-                                types[index] = field.binary_type if field.binary_type != field.text_type else "blob"
-                    elif b == _B_TEXT_OBJECT:
-                        _, pos = _bytes(data, pos)
-                        raw, pos = _bytes(data, pos)
-                        value = raw.decode("utf-8")
-                        if field.family == T.BOOLEAN:
-                            value = V.from_text(value, _BOOLEAN)
-                        elif field.family == T.UNKNOWN:
-                            types[index] = "text"
-                    elif b == _B_EMPTY_OBJECT:
-                        symbol, pos = _varint(data, pos)
-                        if symbol == 1:
-                            continue  # NONE: not captured, so not part of this image
-                        if symbol != 0:
-                            raise DecodeError(f"EmptyObject symbol index {symbol} (known: 0 NULL, 1 NONE)")
-                        value = None
-                    else:
-                        branch = _varint(data, pos - 1)[0] if b < 0x80 else b
-                        raise DecodeError(f"unknown value union branch {branch} (known: 0..12)")
+                    value, pos = self._value(data, pos, index, types, layout)
                 except (ValueError, UnicodeDecodeError) as exc:
                     if isinstance(exc, DecodeError):
                         raise DecodeError(f"{what}, column {field.name!r}: {exc}") from None
                     raise DecodeError(f"{what}, column {field.name!r} ({field.text_type}): {exc}") from None
-                row[field.name] = value
+                if value is not _NOT_CAPTURED:
+                    row[field.name] = value
             seen += n
             n, pos = _block_count(data, pos)
         if seen != count:
             raise DecodeError(f"{what} has {seen} values for {count} fields")
         return row, pos
+
+    def _value(self, data: bytes, pos: int, index: int, types: list[str], layout: _Layout) -> tuple[Any, int]:
+        """The value union at ``pos`` (its branch byte) as a canonical value, or ``_NOT_CAPTURED``."""
+        field = layout.fields[index]
+        b = data[pos]
+        pos += 1
+        size = len(data)
+        codecs_ = self._codecs
+        if b == _B_INTEGER:
+            if data[pos] < 0x80:  # precision
+                pos += 1
+            else:
+                _, pos = _varint(data, pos)
+            c = data[pos]
+            if c < 0x80 and not c & 1:
+                end = pos + 1 + (c >> 1)
+                pos += 1
+            else:
+                length, pos = _varint(data, pos)
+                end = pos + length
+            if end > size:
+                raise _Truncated
+            value: Any = int(data[pos:end])
+            pos = end
+            if field.family == T.UNKNOWN:
+                types[index] = "bigint"
+        elif b == _B_CHARACTER:
+            charset, pos = _bytes(data, pos)
+            raw, pos = _bytes(data, pos)
+            codec = codecs_.get(charset, False)
+            if codec is False:
+                codec = codecs_[charset] = _codec(charset)
+            if codec is None:
+                value = base64.b64encode(raw).decode("ascii")
+                types[index] = field.binary_type if field.family != T.UNKNOWN else "varbinary"
+            else:
+                value = raw.decode(codec)
+                if field.family == T.UNKNOWN:
+                    types[index] = "varchar"
+        elif b == _B_NULL:
+            value = None
+        elif b == _B_DECIMAL:
+            raw, pos = _bytes(data, pos)
+            precision, pos = _varint(data, pos)
+            scale, pos = _varint(data, pos)
+            value = _decimal(raw.decode("ascii"), scale)
+            if field.family in (T.DECIMAL, T.UNKNOWN):
+                types[index] = f"decimal({precision},{scale})" if precision > 0 <= scale else "decimal"
+        elif b == _B_DATETIME:
+            parts, pos = _datetime_parts(data, pos)
+            value = _datetime_text(parts, field.temporal, layout.nanos)
+            if field.family == T.UNKNOWN:
+                types[index] = _inferred_temporal(parts)
+        elif b == _B_FLOAT:
+            if pos + 8 > size:
+                raise _Truncated
+            value = _DOUBLE.unpack_from(data, pos)[0]
+            _, pos = _varint(data, pos + 8)
+            _, pos = _varint(data, pos)
+            if field.family == T.UNKNOWN:
+                types[index] = "double"
+        elif b == _B_TIMESTAMP:
+            seconds, pos = _varint(data, pos)
+            micros, pos = _varint(data, pos)
+            if not 0 <= micros <= 999_999:
+                raise ValueError(f"Timestamp fraction {micros} is outside 0..999999 microseconds")
+            value = V.timestamp_text_from_micros(seconds * 1_000_000 + micros)
+            if field.family == T.UNKNOWN:
+                types[index] = "timestamp"
+        elif b == _B_TIMESTAMP_TZ:
+            parts, pos = _datetime_parts(data, pos)
+            raw, pos = _bytes(data, pos)
+            value = _zoned_text(parts, raw.decode("utf-8"), layout.nanos)
+            if field.family == T.UNKNOWN:
+                types[index] = "timestamp" if parts[0] is not None else "timetz"
+        elif b == _B_BINARY_GEOMETRY:
+            _, pos = _bytes(data, pos)
+            raw, pos = _bytes(data, pos)
+            value = base64.b64encode(raw).decode("ascii")
+            if field.family != T.BINARY:
+                types[index] = "geometry"
+        elif b == _B_TEXT_GEOMETRY:
+            _, pos = _bytes(data, pos)
+            raw, pos = _bytes(data, pos)
+            value = raw.decode("utf-8")
+            if field.family in (T.BINARY, T.UNKNOWN):
+                types[index] = "text"
+        elif b == _B_BINARY_OBJECT:
+            raw, pos = _bytes(data, pos)
+            object_type = raw.decode("utf-8").upper()
+            raw, pos = _bytes(data, pos)
+            if object_type in _TEXT_OBJECT_TYPES or (field.family in _TEXTUAL_FAMILIES
+                                                     and object_type not in _BINARY_OBJECT_TYPES):
+                value = raw.decode("utf-8")
+                if field.family == T.UNKNOWN:
+                    types[index] = "text"
+            else:
+                value = base64.b64encode(raw).decode("ascii")
+                if field.family != T.BINARY:
+                    types[index] = field.binary_type if field.binary_type != field.text_type else "blob"
+        elif b == _B_TEXT_OBJECT:
+            _, pos = _bytes(data, pos)
+            raw, pos = _bytes(data, pos)
+            value = raw.decode("utf-8")
+            if field.family == T.BOOLEAN:
+                value = V.from_text(value, _BOOLEAN)
+            elif field.family == T.UNKNOWN:
+                types[index] = "text"
+        elif b == _B_EMPTY_OBJECT:
+            symbol, pos = _varint(data, pos)
+            if symbol == 1:
+                return _NOT_CAPTURED, pos  # NONE: not captured, so not part of this image
+            if symbol != 0:
+                raise DecodeError(f"EmptyObject symbol index {symbol} (known: 0 NULL, 1 NONE)")
+            value = None
+        else:
+            branch = _varint(data, pos - 1)[0] if b < 0x80 else b
+            raise DecodeError(f"unknown value union branch {branch} (known: 0..12)")
+        return value, pos
 
     def _row(self, header: _Header, op: str, layout: _Layout | None, types: list[str],
              before: dict[str, Any] | str | None, after: dict[str, Any] | str | None) -> ChangeEvent:
@@ -791,6 +867,149 @@ class DtsAvro(Format):
         return records
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Compiled image readers. A table's records repeat one column layout, and each column nearly always carries
+# the union branch its type code implies (or null), so for every layout straight-line Python is generated
+# that reads each column's expected branch inline and hands anything else to the generic ``_value``. It
+# returns None (the generic loop then reads the image) unless the image is one block of exactly the layout's
+# columns; any error also falls back to the generic loop, which names the column and the problem.
+
+_DECIMAL_TYPES: dict[tuple[int, int], str] = {}
+_DATES: dict[int, str] = {}
+
+
+def _decimal_type(precision: int, scale: int) -> str:
+    text = _DECIMAL_TYPES.get((precision, scale))
+    if text is None:
+        text = f"decimal({precision},{scale})" if precision > 0 <= scale else "decimal"
+        if len(_DECIMAL_TYPES) < 4096:
+            _DECIMAL_TYPES[(precision, scale)] = text
+    return text
+
+
+def _utc_text(seconds: int, micros: int) -> str:
+    """``values.timestamp_text_from_micros`` for a Timestamp's seconds and micros, with the date cached."""
+    if not 0 <= micros <= 999_999:
+        raise ValueError(f"Timestamp fraction {micros} is outside 0..999999 microseconds")
+    days, rest = divmod(seconds, 86_400)
+    date = _DATES.get(days)
+    if date is None:
+        date = (V.EPOCH_DATE + dt.timedelta(days=days)).isoformat()
+        if len(_DATES) >= 65_536:
+            _DATES.clear()
+        _DATES[days] = date
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if micros:
+        return "%sT%02d:%02d:%02d.%06dZ" % (date, hours, minutes, secs, micros)  # noqa: UP031 — fastest form
+    return "%sT%02d:%02d:%02dZ" % (date, hours, minutes, secs)  # noqa: UP031
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Inline reads of the common one-byte cases; ``{v}`` names the target variable.
+_READ_LONG = """\
+c = data[pos]
+if c < 0x80:
+    {v} = (c >> 1) ^ -(c & 1)
+    pos += 1
+else:
+    {v}, pos = _varint(data, pos)"""
+_SKIP_LONG = """\
+if data[pos] < 0x80:
+    pos += 1
+else:
+    _, pos = _varint(data, pos)"""
+_READ_BYTES = """\
+c = data[pos]
+if c < 0x80 and not c & 1:
+    end = pos + 1 + (c >> 1)
+    if end > size:
+        raise _Truncated
+    {v} = data[pos + 1:end]
+    pos = end
+else:
+    {v}, pos = _bytes(data, pos)"""
+
+
+def _column_code(index: int, field: _Field) -> list[str]:
+    """The lines that read column ``index`` into ``row`` (after its branch byte ``b`` was read)."""
+    name = repr(field.name)
+    family = field.family
+    set_row = f"row[{name}] = "
+    if family in (T.INTEGER, T.BIT):
+        branch, body = _B_INTEGER, [_SKIP_LONG, _READ_BYTES.format(v="raw"), f"{set_row}int(raw)"]
+    elif family in (T.TEXT, T.BINARY) and field.code in (249, 250, 251, 252):
+        branch, body = _B_BINARY_OBJECT, [
+            _READ_BYTES.format(v="kind"), _READ_BYTES.format(v="raw"),
+            "if kind == b'TEXT':", f"    {set_row}raw.decode('utf-8')",
+            "elif kind == b'BLOB':", f"    {set_row}_b64(raw).decode('ascii')",
+            f"    types[{index}] = {field.binary_type!r}",
+            "else:", "    return None"]
+    elif family in (T.TEXT, T.BINARY) and field.code in (15, 253, 254):
+        branch, body = _B_CHARACTER, [
+            _READ_BYTES.format(v="charset"), _READ_BYTES.format(v="raw"),
+            "codec = codecs_get(charset)",
+            "if codec:", f"    {set_row}raw.decode(codec)",
+            "elif charset == b'binary':", f"    {set_row}_b64(raw).decode('ascii')",
+            f"    types[{index}] = {field.binary_type!r}",
+            "else:", "    return None"]
+    elif family == T.DECIMAL:
+        branch, body = _B_DECIMAL, [
+            _READ_BYTES.format(v="raw"), _READ_LONG.format(v="precision"), _READ_LONG.format(v="scale"),
+            f"{set_row}_decimal(raw.decode('ascii'), scale)", f"types[{index}] = _decimal_type(precision, scale)"]
+    elif family in (T.FLOAT, T.DOUBLE):
+        branch, body = _B_FLOAT, [
+            "if pos + 8 > size:", "    raise _Truncated", f"{set_row}_unpack_double(data, pos)[0]", "pos += 8",
+            _SKIP_LONG, _SKIP_LONG]
+    elif family in (T.DATE, T.DATETIME, T.TIME, T.YEAR):
+        branch, body = _B_DATETIME, [
+            "parts, pos = _datetime_parts(data, pos)", f"{set_row}_datetime_text(parts, {field.temporal!r}, nanos)"]
+    elif family == T.TIMESTAMP and field.code in (7, 17):
+        branch, body = _B_TIMESTAMP, [
+            "seconds, pos = _varint(data, pos)", _READ_LONG.format(v="micros"), f"{set_row}_utc_text(seconds, micros)"]
+    elif family in (T.JSON, T.ENUM, T.SET):
+        branch, body = _B_TEXT_OBJECT, [_READ_BYTES.format(v="raw"), _READ_BYTES.format(v="raw"),
+                                        f"{set_row}raw.decode('utf-8')"]
+    else:
+        branch, body = -1, []
+    lines = ["start = pos", "b = data[pos]", "pos += 1"]
+    if branch >= 0:
+        lines += [f"if b == {branch}:", *("    " + line for part in body for line in part.split("\n"))]
+        lines.append("elif b == 0:")
+    else:
+        lines.append("if b == 0:")
+    lines += [f"    {set_row}None", "else:", f"    value, pos = generic(data, start, {index}, types, layout)",
+              "    if value is not _NOT_CAPTURED:", f"        {set_row}value"]
+    return lines
+
+
+def _compile_reader(layout: _Layout, codecs_: dict[bytes, str | None]) -> Any:
+    """A reader of one image array of ``layout``: ``(data, pos, types, generic) -> (row, pos) | None``."""
+    lines = ["def read(data, pos, types, generic):", "    size = len(data)",
+             f"    if not data.startswith({_zigzag(len(layout.fields))!r}, pos):", "        return None",
+             f"    pos += {len(_zigzag(len(layout.fields)))}", "    row = {}"]
+    for index, field in enumerate(layout.fields):
+        lines += ["    " + line for line in _column_code(index, field)]
+    lines += ["    if data[pos] != 0:", "        return None", "    return row, pos + 1"]
+    namespace: dict[str, Any] = {
+        "_varint": _varint, "_bytes": _bytes, "_Truncated": _Truncated, "_b64": base64.b64encode,
+        "_decimal": _decimal, "_decimal_type": _decimal_type, "_unpack_double": _DOUBLE.unpack_from,
+        "_datetime_parts": _datetime_parts, "_datetime_text": _datetime_text, "_utc_text": _utc_text,
+        "_NOT_CAPTURED": _NOT_CAPTURED, "codecs_get": codecs_.get, "nanos": layout.nanos, "layout": layout,
+    }
+    exec(compile("\n".join(lines), "<dts-avro image reader>", "exec"), namespace)
+    return namespace["read"]
+
+
 _BOOLEAN: Final = T.parse_type("boolean")
 
 
@@ -825,6 +1044,7 @@ def _unescape(component: str) -> str:
     return component.replace("\\u002E", ".")
 
 
+@lru_cache(maxsize=4096)
 def _object_name(name: str | None) -> tuple[str | None, str | None]:
     if not name:
         return None, None
