@@ -2,8 +2,10 @@
 
 See ``dts-avro.md``. The schema is fixed and known (``RECORD_SCHEMA`` below, revision R2; R1 lacks the
 trailing ``bornTimestamp``), so the decoder reads the binary encoding directly into canonical values
-instead of building fastavro's intermediate dicts (several times faster); the encoder uses fastavro, which
-also keeps the decoder honest in the tests.
+instead of building fastavro's intermediate dicts (several times faster): the header inline, each image
+through a reader generated once per column layout (``_compile_reader``) with the generic per-value reader
+``DtsAvro._value`` as its fallback and reference. The encoder uses fastavro, which keeps the decoder honest
+in the tests.
 
 Decoding choices, documented for users:
 
