@@ -31,6 +31,13 @@ from cdclake.spark.sources import register
 from cdclake.types import parse_type
 
 
+def failpoint(name: str) -> None:
+    """Crash here, hard, when ``CDCLAKE_FAILPOINT`` names this point: how the tests prove that a batch
+    killed at any moment is applied exactly once on the next run."""
+    if os.environ.get("CDCLAKE_FAILPOINT") == name:
+        os._exit(86)
+
+
 @dataclass
 class BatchReport:
     source: str
@@ -100,7 +107,9 @@ class BatchApplier:
                     for s in plan.tables[name]:
                         step += 1
                         version = batch * STEPS_PER_BATCH + step
+                        failpoint("before-merge")
                         self._apply_step(name, s, version, report, tombstones)
+                        failpoint("after-merge")
                 except TableStopped as exc:
                     stopped_now[name] = str(exc)
                     self.stopped[label] = str(exc)
@@ -109,6 +118,7 @@ class BatchApplier:
             dead = plan.dead_letters
             if stopped_now:
                 dead = dead.unionByName(self._stopped_records(records, log, stopped_now))
+            failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
             report.stopped = {f"{d}.{t}": why for (d, t), why in stopped_now.items()}
@@ -121,6 +131,7 @@ class BatchApplier:
                            for (d, t), seq in plan.last_seq.items()},
                 "offsets": _max_offsets(records),
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
+            failpoint("before-checkpoint")
         finally:
             log.unpersist()
             records.unpersist()

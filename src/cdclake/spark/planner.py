@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdclake import ddl as DDL
+from cdclake import types as T
 from cdclake.events import Column
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
@@ -75,6 +76,39 @@ def merge_columns(latest: list[dict], others: list[list[dict]]) -> list[Column]:
     return list(seen.values())
 
 
+_INTEGER_TEXT = r"^-?(0|[1-9][0-9]{0,17})$"
+
+
+def infer_types(part: DataFrame, columns: list[Column]) -> list[Column]:
+    """Types the message did not state, from the values: DECIMAL without precision gets the digits its
+    values need; an untyped column whose values are all plain integers is BIGINT, else text. The sink
+    widens a lake column when a later batch needs more."""
+    probes, todo = [], []
+    for c in columns:
+        t = parse_type(c.type)
+        value = F.col("after").getItem(c.name)
+        if t.family == T.DECIMAL and t.length is None:
+            todo.append(c)
+            probes += [F.max(F.length(F.regexp_extract(value, r"^-?0*([0-9]*)", 1))).alias(f"i{len(todo)}"),
+                       F.max(F.length(F.regexp_extract(value, r"\.([0-9]*)$", 1))).alias(f"s{len(todo)}")]
+        elif t.family == T.UNKNOWN:
+            todo.append(c)
+            probes += [F.bool_and(value.isNull() | value.rlike(_INTEGER_TEXT)).alias(f"i{len(todo)}"),
+                       F.lit(0).alias(f"s{len(todo)}")]
+    if not todo:
+        return columns
+    found = part.agg(*probes).first()
+    inferred: dict[str, str] = {}
+    for n, c in enumerate(todo, start=1):
+        if parse_type(c.type).family == T.DECIMAL:
+            scale = found[f"s{n}"] or 0
+            precision = max(1, (found[f"i{n}"] or 0) + scale)
+            inferred[c.name] = f"decimal({precision},{scale})" if precision <= 38 else "text"
+        else:
+            inferred[c.name] = "bigint" if found[f"i{n}"] is not False else "text"
+    return [Column(c.name, inferred.get(c.name, c.type), c.key, c.nullable) for c in columns]
+
+
 def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
     projections = [
         "key AS _cdc_key", "op AS _cdc_op", "_cdc_seq", "commit_ts AS _cdc_commit_ts",
@@ -122,9 +156,9 @@ def plan(changelog: DataFrame) -> BatchPlan:
     last_seq: dict[TableName, str] = {}
     for g in groups:
         name = (g["database"] or "", g["table"] or "")
-        columns = merge_columns(g["latest"], g["all"])
         part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
                           & (F.col("segment") == g["segment"]))
+        columns = infer_types(part, merge_columns(g["latest"], g["all"]))
         steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns)))
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
     for name, table_steps in steps.items():

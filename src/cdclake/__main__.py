@@ -1,0 +1,3 @@
+from cdclake.cli import main
+
+main()

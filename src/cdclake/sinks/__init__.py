@@ -1,0 +1,1 @@
+"""Outputs at the edges: lake tables."""

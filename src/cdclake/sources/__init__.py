@@ -1,0 +1,1 @@
+"""Inputs at the edges: files (and Kafka)."""

@@ -1,0 +1,236 @@
+"""The pipeline through real Spark and real Delta tables: ordering, replays, tombstones, DDL, dead letters,
+crashes at every step of a batch."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdclake import formats, pipeline
+from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
+from cdclake.records import Record, write_records
+from tests.lake import lake_rows
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = [
+    Column("id", "bigint", key=True, nullable=False),
+    Column("name", "varchar(64)", nullable=True),
+    Column("balance", "decimal(12,4)", nullable=True),
+    Column("big", "bigint unsigned", nullable=True),
+    Column("seen", "timestamp(6)", nullable=True),
+    Column("born", "datetime(3)", nullable=True),
+    Column("blob", "varbinary(16)", nullable=True),
+    Column("flag", "tinyint(1)", nullable=True),
+]
+
+
+def row(i: int, version: int = 0) -> dict:
+    return {"id": i, "name": f"user {i} v{version}", "balance": f"{i * 100 + version}.1234",
+            "big": 18446744073709551615 - i, "seen": f"2024-05-01T10:00:0{version % 10}.123456Z",
+            "born": "1999-12-31 23:59:59.125", "blob": "AAEC/w==", "flag": version % 2}
+
+
+def change(op: str, ts: int, i: int, version: int = 0, before_version: int | None = None,
+           table: str = "users", columns: list[Column] = COLUMNS) -> ChangeEvent:
+    after = None if op == DELETE else row(i, version)
+    before = row(i, before_version) if before_version is not None else (row(i, version) if op == DELETE else None)
+    if after is not None:
+        after = {c.name: after.get(c.name) for c in columns}
+    if before is not None:
+        before = {c.name: before.get(c.name) for c in columns}
+    return ChangeEvent(kind=ROW, op=op, database="shop", table=table, key={"id": i}, before=before, after=after,
+                       columns=columns, commit_ts=ts << 18)
+
+
+def ddl(ts: int, statement: str, table: str = "users", kind: str = DDL) -> ChangeEvent:
+    return ChangeEvent(kind=kind, database="shop", table=table, ddl=statement, commit_ts=ts << 18)
+
+
+def records(events: list[ChangeEvent], start_offset: int = 0) -> list[Record]:
+    out = formats.create("canal-json", {"flavour": "tidb"}).encode(events)
+    for index, record in enumerate(out):
+        record.topic, record.partition, record.offset = "cdc", 0, start_offset + index
+    return out
+
+
+def run(spark, input_dir: Path, lake: Path, **source) -> pipeline.RunSummary:
+    cfg = PipelineConfig(lake=str(lake), name="t", sources=[
+        SourceConfig(format=source.pop("format", "canal-json"), input=str(input_dir), **source)])
+    return pipeline.run(cfg, spark=spark)
+
+
+def test_applies_typed_rows_exactly(spark, tmp_path):
+    events = [change(INSERT, 1000 + i, i) for i in range(1, 6)]
+    events += [change(UPDATE, 2000, 2, version=1, before_version=0), change(DELETE, 2001, 3)]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0001.jsonl", records(events))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert summary.total("records") == len(events)
+    assert summary.total("dead_letters") == 0
+    rows = lake_rows(str(tmp_path / "lake"), "shop", "users")
+    assert sorted(rows) == ["[1]", "[2]", "[4]", "[5]"]
+    got = rows["[2]"]
+    assert got["name"] == "user 2 v1"
+    assert got["balance"] == Decimal("201.1234")
+    assert got["big"] == Decimal(18446744073709551613)
+    assert got["seen"] == dt.datetime(2024, 5, 1, 10, 0, 1, 123456, tzinfo=dt.UTC)
+    assert got["born"] == dt.datetime(1999, 12, 31, 23, 59, 59, 125000)
+    assert got["blob"] == b"\x00\x01\x02\xff"
+    assert got["flag"] == 1
+    schema = {f.name: str(f.type) for f in DeltaTable(str(tmp_path / "lake" / "shop" / "users")).schema().fields}
+    assert schema["big"].startswith("PrimitiveType(\"decimal(20,0)")
+    assert "timestamp_ntz" in schema["born"] and "\"timestamp\"" in schema["seen"]
+    assert "byte" in schema["flag"]  # TINYINT(1) stays an integer, not a boolean
+
+
+def _state(spark, tmp_path: Path, name: str, files: dict[str, list[Record]], **source) -> dict:
+    root = tmp_path / name
+    (root / "in").mkdir(parents=True)
+    for file_name, recs in files.items():
+        write_records(root / "in" / file_name, recs)
+    run(spark, root / "in", root / "lake", **source)
+    return lake_rows(str(root / "lake"), "shop", "users")
+
+
+def test_shuffled_files_and_replays_give_the_same_state(spark, tmp_path):
+    rng = random.Random(7)
+    events, ts = [], 1000
+    live: dict[int, int] = {}
+    for _ in range(300):
+        ts += 1
+        i = rng.randrange(1, 40)
+        if i not in live:
+            live[i] = 0
+            events.append(change(INSERT, ts, i))
+        elif rng.random() < 0.3:
+            events.append(change(DELETE, ts, i, version=live.pop(i)))
+        else:
+            live[i] += 1
+            events.append(change(UPDATE, ts, i, version=live[i], before_version=live[i] - 1))
+    recs = records(events)
+    ordered = _state(spark, tmp_path, "ordered", {"all.jsonl": recs})
+    assert sorted(ordered) == sorted(f"[{i}]" for i in live)
+    # The same records spread over files whose name order is unrelated to the change order, plus
+    # at-least-once redelivery of a fifth of them at later offsets.
+    shuffled = recs[:]
+    rng.shuffle(shuffled)
+    replays = [Record(value=r.value, topic="cdc", partition=1, offset=10_000 + n)
+               for n, r in enumerate(rng.sample(recs, len(recs) // 5))]
+    pieces = {f"{chr(ord('a') + n)}.jsonl": shuffled[n::4] for n in range(4)} | {"z.jsonl": replays}
+    assert _state(spark, tmp_path, "shuffled", pieces, max_records_per_batch=97) == ordered
+
+
+def test_late_older_changes_do_not_resurrect_deleted_rows(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(DELETE, 20, 1),
+                                                        change(INSERT, 10, 2)]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[2]"]
+    # Later batches bring changes older than what the lake holds: a stale update and insert of the
+    # deleted row, and a stale update of the live one.
+    write_records(tmp_path / "in" / "2.jsonl", records([
+        change(UPDATE, 15, 1, version=3, before_version=0), change(INSERT, 5, 1, version=4),
+        change(UPDATE, 9, 2, version=9, before_version=0)], start_offset=3))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    rows = lake_rows(str(tmp_path / "lake"), "shop", "users")
+    assert sorted(rows) == ["[2]"]
+    assert rows["[2]"]["name"] == "user 2 v0"
+    # A newer insert after the delete is a real re-insert.
+    write_records(tmp_path / "in" / "3.jsonl", records([change(INSERT, 30, 1, version=5)], start_offset=6))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v5"
+
+
+def test_key_change_moves_the_row(spark, tmp_path):
+    moved = change(UPDATE, 20, 9, version=1)
+    moved.before = {**moved.after, "id": 1, "name": "user 1 v0"}
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), moved]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[9]"]
+
+
+def test_ddl_add_drop_column_truncate_drop_table(spark, tmp_path):
+    wide = [*COLUMNS, Column("email", "varchar(128)", nullable=True)]
+    narrow = [c for c in wide if c.name != "balance"]
+
+    def with_email(e: ChangeEvent) -> ChangeEvent:
+        if e.after is not None:
+            e.after["email"] = f"u{e.after['id']}@example.com"
+        return e
+
+    events = [change(INSERT, 10, 1), change(INSERT, 11, 2),
+              ddl(12, "ALTER TABLE `shop`.`users` ADD COLUMN `email` varchar(128) NULL"),
+              with_email(change(INSERT, 13, 3, columns=wide)),
+              ddl(14, "ALTER TABLE shop.users DROP COLUMN balance"),
+              change(INSERT, 15, 4, columns=narrow),
+              change(INSERT, 16, 1, table="audit"), change(INSERT, 17, 2, table="audit"),
+              ddl(18, "TRUNCATE TABLE shop.audit", table="audit", kind=TRUNCATE),
+              change(INSERT, 19, 3, table="audit"),
+              change(INSERT, 20, 1, table="tmp"), ddl(21, "DROP TABLE shop.tmp", table="tmp")]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records(events))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    lake = str(tmp_path / "lake")
+    users = lake_rows(lake, "shop", "users")
+    assert sorted(users) == ["[1]", "[2]", "[3]", "[4]"]
+    assert "balance" not in users["[1]"]
+    assert users["[1]"]["email"] is None and users["[3]"]["email"] == "u3@example.com"
+    assert users["[4]"]["name"] == "user 4 v0"
+    assert sorted(lake_rows(lake, "shop", "audit")) == ["[3]"]
+    assert not (tmp_path / "lake" / "shop" / "tmp").exists()
+
+
+def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path):
+    good = records([change(INSERT, 10, 1), change(INSERT, 11, 2)])
+    bad = [Record(value=b'{"truncated": ', topic="cdc", offset=2),
+           Record(value=b'{"type": "NOPE", "isDdl": false, "database": "shop", "table": "users", "data": []}',
+                  topic="cdc", offset=3)]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", good + bad)
+    (tmp_path / "in" / "2.txt").write_bytes(b"not json at all\n")
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert summary.total("records") == 5
+    assert summary.total("failed") == 3 and summary.total("dead_letters") == 3
+    assert summary.total("records") == len(good) + summary.total("failed") + summary.total("skipped")
+    dead = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert sorted((d["topic"], d["offset"]) for d in dead) == [("2.txt", 0), ("cdc", 2), ("cdc", 3)]
+    assert all(d["reason"] and d["format"] == "canal-json" for d in dead)
+    assert {d["value"] for d in dead} >= {b'{"truncated": ', b"not json at all"}
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]"]
+
+
+@pytest.mark.parametrize("point", ["before-merge", "after-merge", "before-dead-letters", "before-checkpoint"])
+def test_crash_at_any_point_of_a_batch_is_applied_exactly_once(tmp_path, point):
+    rng = random.Random(point)
+    events = [change(INSERT, 100 + i, i) for i in range(1, 30)]
+    events += [change(UPDATE, 200 + i, i, version=1, before_version=0) for i in range(1, 30, 2)]
+    events += [change(DELETE, 300 + i, i, version=1) for i in range(1, 30, 3)]
+    recs = records(events)
+    recs.insert(rng.randrange(len(recs)), Record(value=b"garbage", topic="cdc", offset=999))
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", recs)
+    command = [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+               "--lake", str(tmp_path / "lake"), "--max-records-per-batch", "40"]
+    crashed = subprocess.run(command, env={**os.environ, "CDCLAKE_FAILPOINT": point}, capture_output=True,
+                             timeout=600, check=False)
+    assert crashed.returncode == 86, crashed.stderr.decode()[-2000:]
+    finished = subprocess.run(command, capture_output=True, timeout=600, check=False)
+    assert finished.returncode == 0, finished.stderr.decode()[-2000:]
+    rows = lake_rows(str(tmp_path / "lake"), "shop", "users")
+    expected = {i for i in range(1, 30)} - set(range(1, 30, 3))
+    assert sorted(rows) == sorted(f"[{i}]" for i in expected)
+    for i in expected:
+        assert rows[f"[{i}]"]["name"] == f"user {i} v{1 if i % 2 else 0}"
+    dead = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table()
+    assert dead.num_rows == 1  # the garbage record, recorded once although its batch ran twice
