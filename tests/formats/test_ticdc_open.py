@@ -125,8 +125,10 @@ def test_redelivery_and_ddl_broadcast_get_the_same_position():
     events = decode(*example_records()).events
     assert events[6].position == events[7].position  # record 8 duplicates record 7
     assert events[0].position == events[2].position  # the DDL broadcast to both partitions
-    positions = [e.position for e in events[4:12]]
-    assert len(set(positions)) == 7
+    other_ddl = one(frame((DDL_KEY, '{"q":"DROP TABLE test.t1","t":4}')))
+    assert other_ddl.position != events[0].position  # two statements of one ts stay apart
+    assert events[4].position == pad_position(415508878783938562) + "/3"
+    assert events[8].position == pad_position(415508881418485761) + "/1"
 
 
 def test_position_ranks_changes_of_one_transaction_as_ticdc_sorts_them():
@@ -135,8 +137,7 @@ def test_position_ranks_changes_of_one_transaction_as_ticdc_sorts_them():
     insert = one(frame((ROW_KEY_2, row_value("u", 4, "ZWU="))))
     update = one(frame((ROW_KEY_2, '{"u":{"id":{"t":3,"h":true,"v":3}},"p":{"id":{"t":3,"h":true,"v":3}}}')))
     assert delete.position < update.position < insert.position
-    assert delete.position.startswith(pad_position(ts) + "/")
-    assert insert.position.split("/")[:2] == [pad_position(ts), "3"]
+    assert [delete.position, update.position, insert.position] == [f"{pad_position(ts)}/{r}" for r in (1, 2, 3)]
 
 
 def test_spec_record_bytes_are_what_the_encoder_writes():
@@ -434,7 +435,7 @@ def test_round_trip_every_type(events, compression, batch):
         assert got.after == as_protocol(sent.after)
         assert got.columns == expected_columns
         assert (got.commit_ts, got.ts_ms) == (sent.commit_ts, sent.commit_ts >> 18)
-        assert got.position.startswith(pad_position(sent.commit_ts) + "/")
+        assert got.position == pad_position(sent.commit_ts) + "/" + {"d": "1", "u": "2", "c": "3"}[sent.op]
 
 
 @settings(max_examples=50, deadline=None)
@@ -582,3 +583,28 @@ def test_float32_extremes_round_trip(value):
     fmt = formats.create("ticdc-open")
     (record,) = fmt.encode([event])
     assert fmt.decode([record]).events[0].after["f"] == value
+
+
+def test_a_changed_type_or_flag_under_the_same_names_is_noticed():
+    fmt = formats.create("ticdc-open")
+    shapes = [
+        '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":3,"f":65,"v":2}}}',
+        '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":65,"v":"\\\\x02"}}}',  # MODIFY COLUMN b varbinary
+        '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":1,"v":"\\\\x02"}}}',  # b NOT NULL
+        '{"u":{"a":{"t":3,"f":65,"v":1},"b":{"t":15,"h":true,"f":27,"v":"\\\\x02"}}}',  # the key moves to b
+        '{"u":{"a":{"t":3,"h":true,"v":1},"b":{"t":15,"v":"Ag=="}}}',  # legacy: no flags
+        '{"u":{"a":{"t":3,"v":1},"b":{"t":15,"h":true,"v":"Ag=="}}}',  # legacy, other handle
+        '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":3,"f":65,"v":2}}}',  # back to the first shape
+    ]
+    events = fmt.decode([frame((GOOD_KEY, value)) for value in shapes]).events
+    assert [[(c.type, c.key, c.nullable) for c in e.columns] for e in events] == [
+        [("int", True, False), ("int", False, True)],
+        [("int", True, False), ("varbinary", False, True)],
+        [("int", True, False), ("varbinary", False, False)],
+        [("int", False, True), ("varbinary", True, False)],
+        [("int", True, None), ("varchar", False, None)],
+        [("int", False, None), ("varchar", True, None)],
+        [("int", True, False), ("int", False, True)],
+    ]
+    assert [e.after["b"] for e in events] == [2, "Ag==", "Ag==", "Ag==", "\x02", "\x02", 2]
+    assert [e.key for e in events] == [{"a": 1}, {"a": 1}, {"a": 1}, {"b": "Ag=="}, {"a": 1}, {"b": "\x02"}, {"a": 1}]

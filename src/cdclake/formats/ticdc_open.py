@@ -8,12 +8,12 @@ code), 3 resolved timestamp (empty value). See ``ticdc-open-protocol.md``.
 Decoding choices, documented for users:
 
 - ``commit_ts`` is the event key's ``ts`` (TiDB TSO, exact); ``ts_ms`` its physical part (``ts >> 18``).
-- ``position`` is ``<ts, 20 digits>/<rank>/<digest>``: rank orders the kinds of change inside one
+- ``position`` is ``<ts, 20 digits>/<rank>`` for a row: rank orders the kinds of change inside one
   transaction the way TiCDC itself sorts them (``1`` delete < ``2`` update with old image < ``3`` insert or
-  upsert; ``0`` DDL), and digest is a hash of the event's key and value JSON. It depends only on the
-  event, never on the partition, offset or batch, so a redelivered copy (TiCDC is at-least-once) and a DDL
-  broadcast to every partition get the same position and are dropped as replays; TiDB merges all changes
-  to one row in one transaction into one event, so no two different events of one key share a rank.
+  upsert). TiDB merges all changes to one row in one transaction into one event, so per key that order is
+  complete. A DDL's position is ``<ts>/0/<digest>``, the digest hashing its key and value JSON. Positions
+  depend only on the event, never on the partition, offset or batch, so a redelivered copy (TiCDC is
+  at-least-once) and a DDL broadcast to every partition get the same position and are dropped as replays.
 - ``{"u": …}`` without ``p`` is an insert while TiCDC's ``output-old-value`` is on (its default); with
   option ``old-value=false`` it is reported as ``u`` (an upsert), since inserts and updates look alike.
 - A partial ``p`` (``only-output-updated-columns``) is completed from ``u``. A key-only ``d``
@@ -71,6 +71,7 @@ from cdclake.events import (
     Column,
     Source,
     complete_before,
+    pad_position,
 )
 from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
@@ -372,7 +373,7 @@ class _ColSpec(msgspec.Struct, frozen=True):
 class _Plan:
     """How to read one shape of column map: its columns, key columns and the values that need converting."""
 
-    __slots__ = ("columns", "converts", "keys", "names", "types")
+    __slots__ = ("columns", "converts", "flags", "handles", "keys", "legacy", "names", "type_codes", "types")
 
     def __init__(self, names: tuple[str, ...], columns: list[Column], keys: list[str],
                  converts: list[tuple[str, Converter]]) -> None:
@@ -381,6 +382,11 @@ class _Plan:
         self.keys = keys
         self.converts = converts
         self.types = {c.name: c.type for c in columns}
+        # The shape this plan was made for, to check the next column map of these names against.
+        self.type_codes: list[int] = []
+        self.flags: list[int | None] = []
+        self.legacy = False
+        self.handles: list[bool] = []
 
 
 def _column_spec(code: int, flags: int | None, handle: bool, legacy_base64: bool) -> _ColSpec:
@@ -523,6 +529,7 @@ class TicdcOpen(Format):
         self._strict: bool = self.settings["strict-values"]
         self._compressed = self.settings["compression"] != "none"
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._last: dict[tuple[str, ...], _Plan] = {}
         if self.settings["max-batch-size"] < 1:
             raise ValueError(f"{self.name}: max-batch-size must be at least 1")
         if self._zone:
@@ -637,7 +644,7 @@ class TicdcOpen(Format):
             raise DecodeError(f"event {index}: DDL value needs 'q' (statement) and 't' (action code)")
         return ChangeEvent(kind=TRUNCATE if body.t == TRUNCATE_TABLE else DDL, database=key.scm or None,
                            table=key.tbl or None, ddl=body.q, commit_ts=key.ts, ts_ms=key.ts >> 18,
-                           position=_position(key.ts, _RANK_DDL, key_json, raw))
+                           position=_ddl_position(key.ts, key_json, raw))
 
     def _row(self, key: _Key, body: _Value, key_json: bytes, raw: bytes) -> ChangeEvent:
         if body.d is not None:
@@ -668,29 +675,34 @@ class TicdcOpen(Format):
         else:
             raise DecodeError("row value has none of 'u', 'd'")
         keys = plan.keys
-        return ChangeEvent(kind=ROW, op=op, database=key.scm or None, table=key.tbl or None,
-                           key={name: image[name] for name in keys} if keys else None, before=before, after=after,
-                           columns=list(plan.columns), commit_ts=key.ts, ts_ms=key.ts >> 18,
-                           position=_position(key.ts, rank, key_json, raw))
+        if len(keys) == 1:
+            event_key: dict[str, Any] | None = {keys[0]: image[keys[0]]}
+        else:
+            event_key = {name: image[name] for name in keys} if keys else None
+        # Events of one shape share their (read-only) column list, as the other formats' events do.
+        return ChangeEvent(kind=ROW, op=op, database=key.scm or None, table=key.tbl or None, key=event_key,
+                           before=before, after=after, columns=plan.columns, commit_ts=key.ts, ts_ms=key.ts >> 18,
+                           position=f"{key.ts:020d}/{rank}")  # pad_position(ts, rank), written out: hot
 
     def _image(self, cols: dict[str, _Col], plan: _Plan | None = None) -> tuple[dict[str, Any], _Plan]:
         """The canonical row image of a column map, and the plan describing its columns (given for an old
         image, whose column map has the new image's shape)."""
         if plan is None:
+            # Types and flags only change with DDL, so one plan per column-map shape serves a whole table:
+            # the last plan for these column names is checked first, by list comparison. `h` repeats flag
+            # 0x02 except in the earliest encoding, which has no flags.
             values = cols.values()
-            # Types and flags only change with DDL, so one plan per column-map shape serves a whole table.
-            # `h` repeats flag 0x02 except in the earliest encoding, which has no flags.
-            flags = tuple([c.f for c in values])
-            shape = (tuple(cols), tuple([c.t for c in values]), flags)
-            if None in flags:
-                shape += (tuple([c.h for c in values]),)
-            plan = self._plans.get(shape)
-            if plan is None:
-                plan = self._plan(cols, shape)
+            names = tuple(cols)
+            types = [c.t for c in values]
+            flags = [c.f for c in values]
+            plan = self._last.get(names)
+            if (plan is None or plan.type_codes != types or plan.flags != flags
+                    or (plan.legacy and plan.handles != [c.h for c in values])):
+                plan = self._shape_plan(cols, names, types, flags)
         row = {name: c.v for name, c in cols.items()}
         for name, convert in plan.converts:
             value = row[name]
-            if value is None:
+            if value is None or (convert is _to_float and type(value) is float):
                 continue
             try:
                 row[name] = convert(value)
@@ -702,6 +714,20 @@ class TicdcOpen(Format):
             except ValueError as exc:
                 raise DecodeError(f"column {name!r} ({plan.types[name]}): {exc}") from None
         return row, plan
+
+    def _shape_plan(self, cols: dict[str, _Col], names: tuple[str, ...], types: list[int],
+                    flags: list[int | None]) -> _Plan:
+        legacy = None in flags
+        handles = [c.h for c in cols.values()] if legacy else []
+        shape = (names, tuple(types), tuple(flags), tuple(handles))
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plan(cols, shape)
+            plan.type_codes, plan.flags, plan.legacy, plan.handles = types, flags, legacy, handles
+        if len(self._last) >= 4096:
+            self._last.clear()
+        self._last[names] = plan
+        return plan
 
     def _plan(self, cols: dict[str, _Col], shape: tuple[Any, ...]) -> _Plan:
         columns: list[Column] = []
@@ -858,10 +884,9 @@ class TicdcOpen(Format):
         return _encoder.encode(key), _encoder.encode(body)
 
 
-def _position(ts: int, rank: str, key_json: bytes, value_json: bytes) -> str:
-    """``pad_position(ts, rank, digest)``, written out because it runs once per event."""
+def _ddl_position(ts: int, key_json: bytes, value_json: bytes) -> str:
     digest = hashlib.blake2b(key_json + b"\0" + value_json, digest_size=10).hexdigest()
-    return f"{ts:020d}/{rank}/{digest}"
+    return pad_position(ts, _RANK_DDL, digest)
 
 
 FORMAT = TicdcOpen
