@@ -81,7 +81,18 @@ class BatchApplier:
         self.base_version = base_version
         self.progress = progress
         self.stopped: dict[str, str] = {}
+        self.partition_ts: dict[str, int] = {}
+        self._resume()
         self.summary = RunSummary()
+
+    def _resume(self) -> None:
+        """Stopped tables and each partition's latest commit ts, as the last applied batch left them."""
+        state = self.sink.last_progress()
+        if state is None:
+            return
+        tables = json.loads(state["tables"] or "{}")
+        self.stopped = {name: t["stopped"] for name, t in tables.items() if t.get("stopped")}
+        self.partition_ts = json.loads(state.get("partition_ts") or "{}")
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -90,7 +101,7 @@ class BatchApplier:
         records = records.persist()
         log = CL.decode(records, self.source.format, self.source.options).persist()
         try:
-            plan = planner.plan(log)
+            plan = planner.plan(log, self.partition_ts)
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
@@ -123,6 +134,7 @@ class BatchApplier:
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
             report.stopped = {f"{d}.{t}": why for (d, t), why in stopped_now.items()}
             report.seconds = time.monotonic() - started
+            self.partition_ts = plan.partition_ts
             self.sink.record_progress({
                 "batch": batch, "records": report.records, "events": report.events, "failed": report.failed,
                 "skipped": report.skipped, "inserted": report.inserted, "updated": report.updated,
@@ -130,6 +142,7 @@ class BatchApplier:
                 "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
                            for (d, t), seq in plan.last_seq.items()},
                 "offsets": _max_offsets(records),
+                "partition_ts": plan.partition_ts,
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
             failpoint("before-checkpoint")
         finally:

@@ -50,6 +50,7 @@ PROGRESS = pa.schema([
     ("records", pa.int64()), ("events", pa.int64()), ("failed", pa.int64()), ("skipped", pa.int64()),
     ("inserted", pa.int64()), ("updated", pa.int64()), ("deleted", pa.int64()),
     ("tables", pa.string()), ("offsets", pa.string()), ("duration_s", pa.float64()),
+    ("partition_ts", pa.string()),
 ])
 
 
@@ -105,6 +106,16 @@ class DeltaSink:
             return None
         committed = table.transaction_version(self.app_id)
         return None if committed is None else committed // STEPS_PER_BATCH
+
+    def last_progress(self) -> dict[str, Any] | None:
+        """This pipeline's last progress row (a lake written by an older cdclake may lack columns)."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return None
+        rows = table.to_pyarrow_table(filters=[("pipeline", "=", self.pipeline)])
+        if rows.num_rows == 0:
+            return None
+        return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
 
     # -- rows ------------------------------------------------------------------------------------------
     def apply_rows(self, database: str, table: str, changes: pa.Table, version: int) -> dict[str, int]:
@@ -262,7 +273,7 @@ class DeltaSink:
         row = {name: [progress.get(name)] for name in PROGRESS.names}
         row["pipeline"] = [self.pipeline]
         row["finished_at"] = [_now()]
-        for name in ("tables", "offsets"):
+        for name in ("tables", "offsets", "partition_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
         write_deltalake(uri, pa.Table.from_pydict(row, schema=PROGRESS), mode="append",
                         storage_options=self.storage_options, commit_properties=self._commit(version))

@@ -50,9 +50,15 @@ class BatchPlan:
     dead_letters: DataFrame
     counts: dict[str, int]
     last_seq: dict[TableName, str]
+    partition_ts: dict[str, int]
 
 
-SEQ = "concat(lpad(cast(coalesce(commit_ts, 0) AS STRING), 20, '0'), '/', coalesce(position, ''))"
+# A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything
+# before it in its partition: it takes the partition's latest commit ts so far and sorts after that
+# commit's changes ("~" follows every digit).
+SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '0'), '/', "
+       "CASE WHEN commit_ts IS NULL THEN concat('~', lpad(cast(offset AS STRING), 20, '0')) "
+       "ELSE coalesce(position, '') END)")
 
 
 def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
@@ -121,10 +127,33 @@ def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
     return net.selectExpr(*projections)
 
 
-def plan(changelog: DataFrame) -> BatchPlan:
+def partition_commit_ts(events: DataFrame, carried: dict[str, int]) -> DataFrame:
+    """Each event with the latest commit ts seen in its partition up to it, starting from what earlier
+    batches saw (``carried``, by ``topic:partition``)."""
+    so_far = Window.partitionBy("topic", "partition").orderBy("offset", "seq").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    before = F.lit(None).cast("long")
+    for coords, ts in carried.items():
+        topic, _, partition = coords.rpartition(":")
+        before = F.when((F.col("topic") == topic) & (F.col("partition") == int(partition)), F.lit(ts)).otherwise(
+            before)
+    return events.withColumn("_partition_ts", F.greatest(F.max("commit_ts").over(so_far), before))
+
+
+def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
     counts = {row["status"]: row["count"] for row in changelog.groupBy("status").count().collect()}
-    events = changelog.filter(F.col("status") == "event").withColumn("_cdc_seq", F.expr(SEQ))
+    events = changelog.filter(F.col("status") == "event")
+    partition_ts: dict[str, int] = dict(carried_ts or {})
+    if events.filter(F.col("commit_ts").isNull()).limit(1).count():
+        events = partition_commit_ts(events, partition_ts)
+    else:
+        events = events.withColumn("_partition_ts", F.lit(None).cast("long"))
+    for r in events.groupBy("topic", "partition").agg(F.max("commit_ts").alias("ts")).collect():
+        if r["ts"] is not None:
+            coords = f"{r['topic']}:{r['partition']}"
+            partition_ts[coords] = max(partition_ts.get(coords, 0), r["ts"])
+    events = events.withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts")
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
     control_rows = (events.filter(F.col("kind").isin("ddl", "truncate"))
@@ -171,7 +200,7 @@ def plan(changelog: DataFrame) -> BatchPlan:
     dead = changelog.filter(F.col("status") == "failed").select(
         "topic", "partition", "offset", F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
         "format", F.col("error").alias("reason"))
-    return BatchPlan(dict(steps), _order_tables(steps), dead, counts, last_seq)
+    return BatchPlan(dict(steps), _order_tables(steps), dead, counts, last_seq, partition_ts)
 
 
 def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:

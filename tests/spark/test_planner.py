@@ -1,0 +1,50 @@
+"""The planner alone, on hand-made changelogs."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from cdclake.spark.changelog import CHANGELOG_ARROW
+from cdclake.spark.planner import RowStep, plan
+
+pytestmark = pytest.mark.spark
+
+
+def changelog(spark, rows: list[dict]):
+    full = [{name: r.get(name) for name in CHANGELOG_ARROW.names} for r in rows]
+    return spark.createDataFrame(pa.Table.from_pylist(full, schema=CHANGELOG_ARROW))
+
+
+def row(op: str, key: int, offset: int, commit_ts: int | None, name: str = "x") -> dict:
+    image = [("id", str(key)), ("name", name)]
+    return {"status": "event", "kind": "row", "op": op, "database": "d", "table": "t", "key": f"[{key}]",
+            "after": None if op == "d" else image, "before": image if op == "d" else None,
+            "columns": [{"name": "id", "type": "bigint", "key": True, "nullable": False},
+                        {"name": "name", "type": "varchar(8)", "key": False, "nullable": True}],
+            "commit_ts": commit_ts, "position": f"{offset:020d}", "topic": "t", "partition": 0, "offset": offset,
+            "seq": 0}
+
+
+def net(batch_plan) -> dict[str, tuple[str, str]]:
+    (step,) = [s for s in batch_plan.tables[("d", "t")] if isinstance(s, RowStep)]
+    return {r["_cdc_key"]: (r["_cdc_op"], r["_cdc_seq"]) for r in step.changes.toArrow().to_pylist()}
+
+
+def test_a_delete_without_commit_ts_follows_the_changes_before_it_in_its_partition(spark):
+    first = plan(changelog(spark, [row("c", 1, 0, 500), row("c", 2, 1, 600), row("d", 1, 2, None)]))
+    changes = net(first)
+    assert changes["[1]"][0] == "d"
+    assert changes["[1]"][1] > f"{500:020d}/{0:020d}"  # newer than the insert it deletes
+    assert first.partition_ts == {"t:0": 600}
+    # In the next batch the delete of key 2 has nothing before it but what the first batch saw.
+    second = plan(changelog(spark, [row("d", 2, 3, None)]), first.partition_ts)
+    assert net(second)["[2]"][1] > f"{600:020d}/"
+
+
+def test_replays_collapse_and_the_newest_change_wins(spark):
+    rows = [row("c", 1, 0, 100, "a"), row("u", 1, 1, 300, "c"), row("u", 1, 2, 200, "b"),
+            row("c", 1, 3, 100, "a")]
+    (step,) = plan(changelog(spark, rows)).tables[("d", "t")]
+    got = step.changes.toArrow().to_pylist()
+    assert [(r["_cdc_op"], r["name"]) for r in got] == [("u", "c")]
