@@ -256,6 +256,7 @@ class _Layout:
         self.columns: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Column]] = {}
 
     def column_list(self, types: list[str], keys: tuple[str, ...]) -> list[Column]:
+        """The columns for these types and keys; events of one shape share the (read-only) list."""
         key = (tuple(types), keys)
         columns = self.columns.get(key)
         if columns is None:
@@ -263,7 +264,7 @@ class _Layout:
             columns = [Column(f.name, t, f.name in key_set) for f, t in zip(self.fields, types, strict=True)]
             if len(self.columns) < 256:
                 self.columns[key] = columns
-        return list(columns)
+        return columns
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -417,22 +418,26 @@ def _block_count(data: bytes, pos: int) -> tuple[int, int]:
 
 def _datetime_parts(data: bytes, pos: int) -> tuple[list[int | None], int]:
     """The seven ``[null, int]`` components of a DateTime."""
-    parts: list[int | None] = []
-    for _ in range(7):
+    parts: list[int | None] = [None] * 7
+    for i in range(7):
         b = data[pos]
-        pos += 1
         if b == 0:
-            parts.append(None)
-        elif b == 2:
-            c = data[pos]
-            if c < 0x80:
-                parts.append((c >> 1) ^ -(c & 1))
-                pos += 1
-            else:
-                value, pos = _varint(data, pos)
-                parts.append(value)
-        else:
+            pos += 1
+            continue
+        if b != 2:
             raise ValueError(f"DateTime component: union branch {b >> 1} of [null, int]")
+        c = data[pos + 1]
+        if c < 0x80:
+            parts[i] = (c >> 1) ^ -(c & 1)
+            pos += 2
+            continue
+        d = data[pos + 2]
+        if d < 0x80:  # two bytes: a year
+            n = (c & 0x7F) | (d << 7)
+            parts[i] = (n >> 1) ^ -(n & 1)
+            pos += 3
+        else:
+            parts[i], pos = _varint(data, pos + 1)
     return parts, pos
 
 
@@ -555,7 +560,8 @@ class DtsAvro(Format):
         elif branch != 0:
             raise DecodeError(f"processTimestamps: union branch {_varint(data, pos - 1)[0]} of [null, array]")
         pk_uk_info = None
-        n, pos = _block_count(data, pos)  # tags: only pk_uk_info matters here
+        c = data[pos]  # tags: only pk_uk_info matters here
+        n, pos = ((c >> 1), pos + 1) if c < 0x80 and not c & 1 else _block_count(data, pos)
         while n:
             for _ in range(n):
                 is_key = data.startswith(b"\x14pk_uk_info", pos)
@@ -572,7 +578,8 @@ class DtsAvro(Format):
                     pos += 1 + (c >> 1)
                 else:
                     _, pos = _bytes(data, pos)
-            n, pos = _block_count(data, pos)
+            c = data[pos]
+            n, pos = ((c >> 1), pos + 1) if c < 0x80 and not c & 1 else _block_count(data, pos)
         if pos > size:
             raise _Truncated
         layout, pos = self._fields(data, pos, object_name, source_type)
@@ -821,7 +828,10 @@ class DtsAvro(Format):
             before = None
         keys = self._key_names(header.pk_uk_info, layout.names)
         image = after if after is not None else before
-        key = {name: image[name] for name in keys if name in image} if keys else None
+        if len(keys) == 1 and keys[0] in image:
+            key: dict[str, Any] | None = {keys[0]: image[keys[0]]}
+        else:
+            key = {name: image[name] for name in keys if name in image} if keys else None
         database, table = _object_name(header.object_name)
         commit_ms = header.source_timestamp * 1000
         return ChangeEvent(kind=ROW, op=op, database=database, table=table, key=key or None, before=before,
@@ -1075,8 +1085,10 @@ def object_name(database: str | None, table: str | None) -> str | None:
 
 def _position(source_position: str, record_id: int) -> str:
     offset, at, file = source_position.partition("@")
-    if at and offset.isdigit() and file.isdigit():  # MySQL: <offset>@<binlog file number>
-        return "%020d/%020d/%020d" % (int(file), int(offset), record_id)  # noqa: UP031 — pad_position's layout
+    if at and offset.isdigit() and file.isdigit() and source_position.isascii() and len(source_position) < 40:
+        # MySQL <offset>@<binlog file number>: pad_position(file, offset, id), written out because it is hot
+        # (padding the digits equals padding their number: leading zeros do not change the order)
+        return f"{file.zfill(20)}/{offset.zfill(20)}/{record_id:020d}"
     if source_position.isdigit():
         return pad_position(int(source_position), record_id)
     return pad_position(source_position, record_id)
