@@ -14,7 +14,6 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.strategies import ALL_TYPES, columns_of, rows
 
 from cdclake import formats
 from cdclake import values as V
@@ -22,6 +21,7 @@ from cdclake.events import ChangeEvent, Column, pad_position
 from cdclake.formats.dts_avro import PLACEHOLDER_BYTES, RECORD_SCHEMA, RECORD_SCHEMA_R1
 from cdclake.records import Record
 from cdclake.types import parse_type
+from tests.strategies import ALL_TYPES, columns_of, rows
 
 NS = "com.alibaba.dts.formats.avro"
 SCHEMA_R2 = parse_schema(RECORD_SCHEMA)

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.strategies import ALL_TYPES, columns_of, rows
 from typer.testing import CliRunner
 
 from cdclake import formats
@@ -22,6 +21,7 @@ from cdclake.events import ChangeEvent, Column, pad_position
 from cdclake.formats.ticdc_open import go_quote_bytes, go_unquote_bytes
 from cdclake.records import Record, write_records
 from cdclake.types import parse_type
+from tests.strategies import ALL_TYPES, columns_of, rows
 
 EXAMPLES = "tiflow/open-protocol-java-example"
 
@@ -608,3 +608,13 @@ def test_a_changed_type_or_flag_under_the_same_names_is_noticed():
     ]
     assert [e.after["b"] for e in events] == [2, "Ag==", "Ag==", "Ag==", "\x02", "\x02", 2]
     assert [e.key for e in events] == [{"a": 1}, {"a": 1}, {"a": 1}, {"b": "Ag=="}, {"a": 1}, {"b": "\x02"}, {"a": 1}]
+
+
+def test_key_is_the_handle_key_else_the_primary_key():
+    # A unique NOT NULL handle (flag 0x02) beside a primary-key-flagged column: the handle wins.
+    handle = one(frame((GOOD_KEY, '{"u":{"a":{"t":3,"f":8,"v":1},"b":{"t":3,"h":true,"f":18,"v":2}}}')))
+    assert handle.key == {"b": 2} and [c.key for c in handle.columns] == [False, True]
+    primary = one(frame((GOOD_KEY, '{"u":{"a":{"t":3,"f":8,"v":1},"b":{"t":3,"f":16,"v":2}}}')))
+    assert primary.key == {"a": 1} and [c.key for c in primary.columns] == [True, False]
+    none = one(frame((GOOD_KEY, '{"u":{"a":{"t":3,"f":64,"v":1}}}')))
+    assert none.key is None and not none.columns[0].key

@@ -730,23 +730,20 @@ class TicdcOpen(Format):
         return plan
 
     def _plan(self, cols: dict[str, _Col], shape: tuple[Any, ...]) -> _Plan:
+        specs = {name: _column_spec(col.t, col.f, col.h, self._legacy_base64) for name, col in cols.items()}
+        # The key is TiCDC's handle key; a message that flags none falls back to the primary key.
+        keys = [name for name, spec in specs.items() if spec.key] or [
+            name for name, spec in specs.items() if spec.primary]
         columns: list[Column] = []
         converts: list[tuple[str, Converter]] = []
-        handle: list[str] = []
-        primary: list[str] = []
-        for name, col in cols.items():
-            spec = _column_spec(col.t, col.f, col.h, self._legacy_base64)
+        for name, spec in specs.items():
             convert = spec.convert or (spec.check if self._strict else None)
             if spec.type_text == "timestamp" and self._zone:
                 convert = partial(_timestamp_to_utc, zone=self._zone)
             if convert is not None:
                 converts.append((name, convert))
-            columns.append(Column(name, spec.type_text, spec.key or spec.primary, spec.nullable))
-            if spec.key:
-                handle.append(name)
-            elif spec.primary:
-                primary.append(name)
-        plan = _Plan(shape[0], columns, handle or primary, converts)
+            columns.append(Column(name, spec.type_text, name in keys, spec.nullable))
+        plan = _Plan(shape[0], columns, keys, converts)
         if len(self._plans) >= 4096:  # shapes come from the data: keep the cache bounded
             self._plans.clear()
         self._plans[shape] = plan
