@@ -618,3 +618,13 @@ def test_key_is_the_handle_key_else_the_primary_key():
     assert primary.key == {"a": 1} and [c.key for c in primary.columns] == [True, False]
     none = one(frame((GOOD_KEY, '{"u":{"a":{"t":3,"f":64,"v":1}}}')))
     assert none.key is None and not none.columns[0].key
+
+
+def test_escapes_of_non_characters_fail():
+    with pytest.raises(ValueError):
+        go_unquote_bytes(r"\ud800")
+    with pytest.raises(ValueError):
+        go_unquote_bytes(r"\U00110000")
+    with pytest.raises(ValueError):
+        go_unquote_bytes(r"\777")
+    assert "column 'a'" in failure(frame((GOOD_KEY, '{"u":{"a":{"t":15,"f":65,"v":"\\\\ud800"}}}')))

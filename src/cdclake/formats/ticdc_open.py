@@ -220,7 +220,7 @@ def go_unquote_bytes(text: str) -> bytes:
                 raise ValueError(f"octal escape \\{part} is above 255")
             out.append(code)
         elif part[0] in "uU":
-            out += chr(int(part[1:], 16)).encode("utf-8", "surrogatepass")
+            out += chr(int(part[1:], 16)).encode("utf-8")  # a surrogate is not a character: an error
         else:
             out.append(_SIMPLE_ESCAPES[part])
     return bytes(out)
@@ -486,11 +486,13 @@ def _writer_for(t: T.SqlType, timestamp_zone: str) -> tuple[int, int, Callable[[
             code = {"tinytext": 249, "mediumtext": 250, "longtext": 251}.get(name, 252)
             return code, 0, lambda v: V.b64(v.encode("utf-8"))
         return 15, 0, plain
-    # Unknown type: infer from the value itself.
+    # A type the protocol has no code for travels as VARCHAR text.
     return 15, 0, lambda v: v if isinstance(v, str) else json.dumps(v)
 
 
 def _statement_action(sql: str) -> int:
+    """An action code for a DDL statement, from its first two words (the encoder's best guess; decoders only
+    rely on 11, TRUNCATE TABLE)."""
     words = sql.split(None, 4)
     head = " ".join(w.upper() for w in words[:2])
     if head.startswith("TRUNCATE"):
