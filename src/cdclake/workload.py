@@ -841,10 +841,28 @@ def fold(events: Iterable[ChangeEvent]) -> State:
     whose key changes deletes the old key, deletes remove the key. DDL is applied as :func:`cdclake.ddl.parse`
     reads it (ADD COLUMN gives present rows a NULL column, DROP COLUMN removes it, TRUNCATE empties the table,
     DROP TABLE removes it, RENAME TABLE moves it); every action is idempotent, so a redelivered or broadcast
-    DDL is harmless."""
-    ordered = sorted((e for e in events if e.kind != RESOLVED), key=lambda e: (e.commit_ts or 0, e.position or ""))
+    DDL is harmless.
+
+    A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything before
+    it in its Kafka partition: it takes the latest commit ts seen so far in that partition (resolved
+    timestamps included) and sorts after that commit's changes, in offset order. Events are taken to be in
+    offset order within each partition, as decoding a partition's records gives them."""
+    latest: dict[tuple[str | None, int | None], int] = {}
+    keyed: list[tuple[tuple[int, str], ChangeEvent]] = []
+    for event in events:
+        source = event.source
+        where = (source.topic, source.partition) if source is not None else (None, None)
+        if event.commit_ts is not None:
+            if event.commit_ts > latest.get(where, 0):
+                latest[where] = event.commit_ts
+            if event.kind != RESOLVED:
+                keyed.append(((event.commit_ts, event.position or ""), event))
+        elif event.kind != RESOLVED:
+            offset = source.offset if source is not None and source.offset is not None else 0
+            keyed.append(((latest.get(where, 0), f"~{offset:020d}"), event))
+    keyed.sort(key=lambda item: item[0])
     state: State = {}
-    for event in ordered:
+    for _, event in keyed:
         ident = (event.database or "", event.table or "")
         if event.kind == ROW:
             rows = state.setdefault(ident, {})
