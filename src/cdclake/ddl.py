@@ -158,3 +158,17 @@ def _alter_spec(spec: str) -> list[Action]:
     if re.match(r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT", spec, re.IGNORECASE):
         return []
     return [Unsupported(f"unsupported ALTER TABLE clause: {spec[:80]}")]
+
+
+_TARGET = re.compile(
+    r"^(?:ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|DROP\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?|TRUNCATE(?:\s+TABLE)?"
+    r"|RENAME\s+TABLE|CREATE\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?"
+    rf"|(?:CREATE\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?|DROP\s+)INDEX\s+{_IDENT}\s+ON)\s+({_QUALIFIED})",
+    re.IGNORECASE)
+
+
+def table_of(sql: str) -> tuple[str | None, str] | None:
+    """(database or None, table) of the table a table statement applies to — the first one it names — for
+    sources whose DDL records name only the database (DTS Avro); None for other statements."""
+    match = _TARGET.match(_strip_comments(sql))
+    return split_qualified(match.group(1)) if match else None

@@ -250,18 +250,23 @@ def test_update_delete_ddl_and_init():
                          afterImages="create table t1(a bigint primary key, b varchar(100))",
                          tags={"GTID": "x:1", "commitTimestamp": "1696984408"})))
     assert (ddl.kind, ddl.database, ddl.table, ddl.ddl, ddl.commit_ts) == (
-        "ddl", "mydb", None, "create table t1(a bigint primary key, b varchar(100))", 1696984408000)
+        "ddl", "mydb", "t1", "create table t1(a bigint primary key, b varchar(100))", 1696984408000)
     assert ddl.position == pad_position(78, 72469, 1700382)
 
 
-@pytest.mark.parametrize(("sql", "database", "table"), [
-    ("TRUNCATE TABLE t1", "mydb", "t1"),
-    ("truncate `other`.`t 2`", "other", "t 2"),
-    ("TRUNCATE mydb.t1;", "mydb", "t1"),
+@pytest.mark.parametrize(("sql", "kind", "database", "table"), [
+    ("TRUNCATE TABLE t1", "truncate", "mydb", "t1"),
+    ("truncate `other`.`t 2`", "truncate", "other", "t 2"),
+    ("TRUNCATE mydb.t1;", "truncate", "mydb", "t1"),
+    ("ALTER TABLE t1 ADD COLUMN c int", "ddl", "mydb", "t1"),
+    ("/* by DTS */ DROP TABLE IF EXISTS `mydb`.`t1`", "ddl", "mydb", "t1"),
+    ("CREATE INDEX i ON t1 (a)", "ddl", "mydb", "t1"),
+    ("RENAME TABLE t1 TO t2", "ddl", "mydb", "t1"),
+    ("CREATE DATABASE mydb", "ddl", "mydb", None),
 ])
-def test_truncate_statement_is_a_truncate_event(sql, database, table):
+def test_ddl_table_comes_from_the_statement(sql, kind, database, table):
     event = one(avro(datum(operation="DDL", objectName="mydb", afterImages=sql)))
-    assert (event.kind, event.database, event.table, event.ddl) == ("truncate", database, table, sql)
+    assert (event.kind, event.database, event.table, event.ddl) == (kind, database, table, sql)
 
 
 @pytest.mark.parametrize("operation", ["BEGIN", "COMMIT", "ROLLBACK", "ABORT", "HEARTBEAT", "CHECKPOINT", "COMMAND",
@@ -447,7 +452,7 @@ def test_round_trip_every_type(events, revision):
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ddl", "truncate"]), st.integers(0, 2**33)), min_size=1, max_size=5))
 def test_round_trip_ddl_and_truncate(items):
-    events = [ChangeEvent(kind=kind, database="db", table=None if kind == "ddl" else "t", commit_ts=s * 1000,
+    events = [ChangeEvent(kind=kind, database="db", table="t", commit_ts=s * 1000,
                           ts_ms=s * 1000, ddl="ALTER TABLE t ADD c int" if kind == "ddl" else "TRUNCATE TABLE t",
                           position=pad_position(3, 100 + i, i))
               for i, (kind, s) in enumerate(items)]

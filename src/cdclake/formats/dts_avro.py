@@ -12,7 +12,8 @@ Decoding choices, documented for users:
 - Both schema revisions are detected, not configured: the datum is read with the R1 field list and a
   remaining varint is R2's ``bornTimestamp``; further trailing bytes are logged once and ignored.
 - ``INSERT``/``UPDATE``/``DELETE`` are row events (``INIT``, the full-load rows, are snapshot reads ``r``);
-  ``DDL`` is a DDL event (a ``TRUNCATE [TABLE] t`` statement is kind ``truncate``). ``NOOP`` placeholders,
+  ``DDL`` is a DDL event whose table is parsed from the statement (the record names only the database);
+  a ``TRUNCATE [TABLE] t`` statement is kind ``truncate``. ``NOOP`` placeholders,
   ``HEARTBEAT``, ``BEGIN``, ``COMMIT`` and the other control operations carry no change: ``[]`` (skipped).
   A null value, and a value of at most 48 bytes that does not decode (DTS's offset-advancing placeholder),
   are skipped too.
@@ -49,6 +50,7 @@ from typing import Any, Final
 
 import msgspec
 
+from cdclake import ddl as ddl_text
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.events import (
@@ -842,11 +844,10 @@ class DtsAvro(Format):
         if not isinstance(after, str):
             raise DecodeError("DDL record without the statement in afterImages")
         database, table = _object_name(header.object_name)
-        kind = DDL
-        truncated = _truncated_table(after)
-        if truncated is not None:
-            kind = TRUNCATE
-            database, table = truncated[0] or database, truncated[1]
+        target = ddl_text.table_of(after)  # a DDL record names the database only: the table is in the statement
+        if target is not None:
+            database, table = target[0] or database, target[1]
+        kind = TRUNCATE if ddl_text.parse(after) == [ddl_text.Truncate()] else DDL
         commit_ms = header.source_timestamp * 1000
         return ChangeEvent(kind=kind, database=database, table=table, ddl=after, commit_ts=commit_ms,
                            position=_position(header.source_position, header.id), ts_ms=commit_ms)
@@ -1092,21 +1093,6 @@ def _position(source_position: str, record_id: int) -> str:
     if source_position.isdigit():
         return pad_position(int(source_position), record_id)
     return pad_position(source_position, record_id)
-
-
-_IDENT = r"(?:`((?:[^`]|``)+)`|([\w$]+))"
-_TRUNCATE = re.compile(rf"^\s*TRUNCATE\s+(?:TABLE\s+)?(?:{_IDENT}\s*\.\s*)?{_IDENT}\s*;?\s*$",
-                       re.IGNORECASE | re.DOTALL)
-
-
-def _truncated_table(sql: str) -> tuple[str | None, str] | None:
-    """(database or None, table) of a ``TRUNCATE [TABLE] [db.]table`` statement, else None."""
-    match = _TRUNCATE.match(sql)
-    if not match:
-        return None
-    db_quoted, db_plain, tb_quoted, tb_plain = match.groups()
-    database = db_quoted.replace("``", "`") if db_quoted else db_plain
-    return database, tb_quoted.replace("``", "`") if tb_quoted else tb_plain
 
 
 # ---------------------------------------------------------------------------------------------------------
