@@ -23,7 +23,7 @@ from cdclake import types as T
 from cdclake import values as V
 from cdclake import workload as W
 from cdclake.cli import app
-from cdclake.events import DDL, DELETE, INSERT, RESOLVED, ROW, TRUNCATE, UPDATE, ChangeEvent, to_json
+from cdclake.events import DDL, DELETE, INSERT, RESOLVED, ROW, TRUNCATE, UPDATE, ChangeEvent, Column, Source, to_json
 from cdclake.formats.base import Format
 from cdclake.records import Record, read_file
 from cdclake.types import parse_type
@@ -54,9 +54,6 @@ VARIANTS: dict[str, list[dict[str, str]]] = {
 # Cross-check failures that are open issues of a format (reported to its owner), each with its reason. strict:
 # the test fails as soon as the gap is closed, so that the entry is removed with the fix.
 KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("ticdc-avro", "{'enable-tidb-extension': 'true'}"):
-        "TiCDC Avro deletes (tombstones) carry no commit ts while inserts/updates do, so (commit_ts, position) "
-        "puts every delete before every upsert of its key and deleted rows come back",
 }
 CASES = [pytest.param(name, options, id=f"{name}{options or ''}",
                       marks=[pytest.mark.xfail(reason=KNOWN_GAPS[(name, str(options))], strict=True)]
@@ -285,6 +282,28 @@ def test_fold_orders_by_commit_ts_and_position_not_arrival():
     # A redelivered copy sorts beside its original and changes nothing.
     again = events + [msgspec.structs.replace(e) for e in events[100:900]]
     assert same(W.fold(again), db.state())
+
+
+def test_fold_orders_a_change_without_commit_ts_after_its_partitions_latest():
+    columns = [Column("id", "bigint", key=True, nullable=False), Column("v", "int")]
+
+    def row(op, v, ts, partition, offset, position=None):
+        image = {"id": 1, "v": v}
+        return ChangeEvent(kind=ROW, op=op, database="d", table="t", key={"id": 1}, columns=columns,
+                           before=image if op == DELETE else None, after=None if op == DELETE else image,
+                           commit_ts=ts, position=position, source=Source("f", "x", partition, offset))
+
+    key = (("id", 1),)
+    inserted, deleted = row(INSERT, 1, 100, 0, 0, "a"), row(DELETE, 1, None, 0, 1)
+    assert W.fold([inserted, deleted]) == {("d", "t"): {}}  # the tombstone follows the insert it came after
+    again = row(INSERT, 2, 100, 0, 2, "b")  # same commit ts, later in the log: still after the delete?
+    assert W.fold([inserted, deleted, again])[("d", "t")] == {}  # no: it sorts by position within ts 100
+    later = row(INSERT, 3, 101, 0, 2, "c")
+    assert W.fold([inserted, deleted, later])[("d", "t")][key]["v"] == 3
+    # A resolved ts seen in the partition counts, so a delete after it follows that commit ts.
+    resolved = ChangeEvent(kind=RESOLVED, commit_ts=105, source=Source("f", "x", 0, 1))
+    other = row(INSERT, 4, 104, 1, 0, "d")  # another partition, committed before the resolved ts
+    assert W.fold([inserted, resolved, row(DELETE, 1, None, 0, 2), other])[("d", "t")] == {}
 
 
 def test_key_changes_move_rows():
