@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
-from cdclake.sources import files
+from cdclake.sources import files, kafka
 from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import lake_type
@@ -157,7 +160,13 @@ class BatchApplier:
         database, table = name
         if isinstance(step, planner.RowStep):
             changes = step.changes.toArrow()
-            merged = self.sink.apply_rows(database, table, changes, version)
+            unfit = sorted({name for names in changes["_cdc_unfit"].to_pylist() if names for name in names.split(",")})
+            if unfit:
+                types = {c.name: c.type for c in step.columns}
+                raise TableStopped("values that the lake column types cannot hold in "
+                                   + ", ".join(f"{n} ({types.get(n)})" for n in unfit))
+            changes = changes.drop_columns(["_cdc_unfit"])
+            merged = self.sink.apply_rows(database, table, changes, version, step.nulls_only)
             report.inserted += merged["inserted"]
             report.updated += merged["updated"]
             report.deleted += merged["deleted"]
@@ -174,7 +183,7 @@ class BatchApplier:
             column_type = None
             if isinstance(action, DDL.AddColumn | DDL.ModifyColumn):
                 column_type = _spark_type(action.type)
-            self.sink.apply_ddl(database, table, action, version, column_type)
+            self.sink.apply_ddl(database, table, action, version, step.seq, column_type)
 
     def _stopped_records(self, records: DataFrame, log: DataFrame,
                          stopped: dict[tuple[str, str], str]) -> DataFrame:
@@ -229,16 +238,13 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
 
 def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,
                applier: BatchApplier) -> None:
-    if source.input is None:
-        raise ValueError(f"source {source.name}: no input (Kafka sources arrive with the Kafka issue)")
-    reader = (spark.readStream.format("cdclake-files").option("path", source.input)
-              .option("maxRecordsPerBatch", str(source.max_records_per_batch or 0))
-              .option("follow", "true" if config.follow else "false"))
-    target = None
-    if not config.follow:
-        counter = files.LineCounter(complete_only=False)
-        target, _ = files.plan_range(files.list_files(source.input), counter, {"file": "", "line": 0}, None)
-    query = (reader.load().writeStream.foreachBatch(applier)
+    if source.kafka is not None:
+        records, target = _kafka_records(spark, source, config, applier.sink)
+    elif source.input is not None:
+        records, target = _file_records(spark, source, config)
+    else:
+        raise ValueError(f"source {source.name}: neither input nor kafka")
+    query = (records.writeStream.foreachBatch(applier)
              .option("checkpointLocation", os.path.join(checkpoint, "spark"))
              .trigger(processingTime=f"{config.poll_seconds} seconds" if config.follow else "0 seconds")
              .queryName(f"cdclake-{config.name}-{source.name}")
@@ -266,5 +272,88 @@ def _caught_up(query: Any, target: dict[str, Any]) -> bool:
     end = progress["sources"][0].get("endOffset")
     if isinstance(end, str):
         end = json.loads(end)
-    reached = end is not None and (end["file"], end["line"]) >= (target["file"], target["line"])
+    reached = end is not None and _reached(end, target)
     return reached or (not status.get("isDataAvailable") and "Waiting for data" in status.get("message", ""))
+
+
+def _reached(end: dict[str, Any], target: dict[str, Any]) -> bool:
+    """Whether a stream offset is at or past the target: a file and line, or Kafka offsets per partition."""
+    if "file" in target:
+        return (end["file"], end["line"]) >= (target["file"], target["line"])
+    got = kafka.flatten(kafka.from_json(end))
+    return all(got.get(tp, -1) >= offset for tp, offset in kafka.flatten(kafka.from_json(target)).items())
+
+
+def _file_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig) -> tuple[DataFrame, Any]:
+    assert source.input is not None
+    reader = (spark.readStream.format("cdclake-files").option("path", source.input)
+              .option("maxRecordsPerBatch", str(source.max_records_per_batch or 0))
+              .option("follow", "true" if config.follow else "false"))
+    target = None
+    if not config.follow:
+        counter = files.LineCounter(complete_only=False)
+        target, _ = files.plan_range(files.list_files(source.input), counter, {"file": "", "line": 0}, None)
+    return reader.load(), target
+
+
+def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig,
+                   sink: DeltaSink) -> tuple[DataFrame, Any]:
+    """A Kafka source's record stream, starting where the lake says this source stopped. Spark's checkpoint,
+    when it has one, says the same or repeats a batch the lake skips; when it is new or lost, the starting
+    offsets given here are the lake's: the next offset after the last one applied, per partition (partitions
+    the lake has not seen start at ``starting_offsets``). Without ``follow``, the target is the end offsets
+    seen now."""
+    assert source.kafka is not None
+    settings = kafka.ClientSettings(source.kafka, source.kafka_options)
+    subscription = kafka.Subscription.of(source.topics, source.topic_pattern)
+    with kafka.KafkaClient(settings) as client:
+        partitions = client.partitions(subscription)
+        missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
+        if missing and not config.follow:
+            raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic {', '.join(missing)}")
+        applied = kafka.flatten(_lake_offsets(sink))
+        fresh = [tp for tp in partitions if tp not in applied]
+        start = {**kafka.flatten(client.resolve(kafka.parse_start(source.starting_offsets), fresh)),
+                 **{tp: o for tp, o in applied.items() if tp in set(partitions)}}
+        target = None if config.follow else kafka.to_json(client.latest(partitions))
+    options = {
+        "kafka.bootstrap.servers": settings.servers,
+        **({"subscribePattern": subscription.pattern} if subscription.pattern
+           else {"subscribe": ",".join(subscription.topics)}),
+        "startingOffsets": json.dumps(kafka.to_json(kafka.nest(start))) if start else "earliest",
+        "includeHeaders": "true",
+    }
+    if source.max_records_per_batch:
+        options["maxOffsetsPerTrigger"] = str(source.max_records_per_batch)
+    client_options = settings.java_options() if source.connector == "spark" else settings.options
+    options.update({f"kafka.{k}": v for k, v in client_options.items()})
+    name = "kafka" if source.connector == "spark" else "cdclake-kafka"
+    try:
+        records = spark.readStream.format(name).options(**options).load()
+    except AnalysisException as exc:
+        if source.connector == "spark" and ("KAFKA_DATA_SOURCE_NOT_ENABLED" in str(exc)
+                                            or "DATA_SOURCE_NOT_FOUND" in str(exc)):
+            raise ValueError(
+                f"source {source.name}: connector = \"spark\" needs Spark's Kafka connector on the classpath "
+                f"(e.g. spark.jars.packages = \"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}\"); "
+                "it is not there. Use connector = \"cdclake\", which needs no jar.") from None
+        raise
+    return records, target
+
+
+def _lake_offsets(sink: DeltaSink) -> kafka.Offsets:
+    """The next offset to read per Kafka partition by the lake's own record: one past the highest offset of
+    every batch this source has committed (a batch's progress row names the partitions it read)."""
+    try:
+        table = DeltaTable(sink.internal_uri("progress"), storage_options=sink.storage_options)
+    except TableNotFoundError:
+        return {}
+    rows = table.to_pyarrow_table(columns=["offsets"], filters=[("pipeline", "=", sink.pipeline)])
+    seen: dict[tuple[str, int], int] = {}
+    for text in rows.column("offsets").to_pylist():
+        for where, offset in json.loads(text or "{}").items():
+            topic, _, partition = where.rpartition(":")
+            if partition.isdigit() and offset is not None:
+                key = (topic, int(partition))
+                seen[key] = max(seen.get(key, -1), int(offset))
+    return kafka.nest({tp: offset + 1 for tp, offset in seen.items()})

@@ -151,3 +151,47 @@ def type_text(t: SqlType) -> str:
     if t.length is not None:
         args = f"({t.length})" if t.scale is None else f"({t.length},{t.scale})"
     return f"{t.name}{args}{' unsigned' if t.unsigned else ''}"
+
+
+_NEXT_SIGNED: Final = {8: "smallint", 16: "int", 24: "int", 32: "bigint"}
+_BY_BITS: Final = {8: "tinyint", 16: "smallint", 24: "mediumint", 32: "int", 64: "bigint"}
+
+
+def wider(a: SqlType, b: SqlType) -> SqlType:
+    """A type that holds every value of both: for producers that state a column's type per value (DTS
+    says ``tinyint`` for 5 and ``tinyint unsigned`` for 200 in the same column). Types of different
+    families that do not nest leave ``a``, the later statement."""
+    if a.family == INTEGER and b.family == INTEGER:
+        bits_a, bits_b = a.bits or 64, b.bits or 64
+        if a.unsigned == b.unsigned:
+            return a if bits_a >= bits_b else b
+        unsigned_bits = bits_a if a.unsigned else bits_b
+        signed_bits = bits_b if a.unsigned else bits_a
+        if signed_bits > unsigned_bits:
+            return a if not a.unsigned else b
+        if unsigned_bits == 64:
+            return SqlType("decimal", DECIMAL, 20, 0)
+        name = _NEXT_SIGNED[unsigned_bits]
+        return SqlType(name, INTEGER)
+    if a.family == DECIMAL and b.family == DECIMAL and (a.length is None or b.length is None):
+        return a if a.length is None else b  # precision unstated: the lake infers it from the values
+    if {a.family, b.family} <= {INTEGER, DECIMAL}:
+        digits = [(t.length or 10) - (t.scale or 0) if t.family == DECIMAL else
+                  len(str(2 ** (t.bits or 64))) for t in (a, b)]
+        scale = max(t.scale or 0 for t in (a, b) if t.family == DECIMAL)
+        return SqlType("decimal", DECIMAL, min(65, max(digits) + scale), scale)
+    if {a.family, b.family} == {FLOAT, DOUBLE}:
+        return a if a.family == DOUBLE else b
+    if a.family == b.family and a.family not in (ENUM, SET) and (b.length or 0) > (a.length or 0):
+        return b
+    return a
+
+
+def integer_type_for(low: int, high: int) -> SqlType:
+    """The narrowest MySQL integer type holding every value in [low, high]."""
+    for bits in (8, 16, 32, 64):
+        if -(2 ** (bits - 1)) <= low and high < 2 ** (bits - 1):
+            return SqlType(_BY_BITS[bits], INTEGER)
+        if low >= 0 and high < 2**bits:
+            return SqlType(_BY_BITS[bits], INTEGER, unsigned=True)
+    return SqlType("decimal", DECIMAL, 20, 0)

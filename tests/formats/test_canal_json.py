@@ -196,7 +196,7 @@ def test_spec_ticdc_update_with_extension():
     assert event.before == {"id": 2, "c_tinyint": 127, "c_int": 2147483647}
     assert event.after == {"id": 2, "c_tinyint": 0, "c_int": 0}
     assert [c.type for c in event.columns] == ["int", "tinyint", "int"]
-    assert event.position == pad_position(0, 9, 0)
+    assert event.position == "2"  # TiCDC: an update's rank, whatever the offset, so a copy is a replay
 
 
 def test_spec_ticdc_watermark():
@@ -528,7 +528,10 @@ def test_round_trip_every_type(options, examples):
         elif flavour == "canal":
             expected = [msgspec.structs.replace(e, op="c" if e.op == "r" else e.op) for e in events]
         assert [_comparable(e) for e in out.events] == expected
-        assert [e.position for e in out.events] == [pad_position(0, i, 0) for i in range(len(events))]
+        if flavour == "tidb":  # the kind of change orders events of one commit; offsets play no part
+            assert [e.position for e in out.events] == [{"d": "1", "u": "2"}.get(e.op, "3") for e in out.events]
+        else:
+            assert [e.position for e in out.events] == [pad_position(0, i, 0) for i in range(len(events))]
 
     check()
 

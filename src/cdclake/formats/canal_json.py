@@ -30,7 +30,9 @@ GTIDs, and the row index orders the rows of one message. Nothing in a Canal mess
 (``id`` is a batch number shared by many messages, ``ts`` a build time shared by a batch), so a re-delivered
 copy gets its own offset and is applied again where it lands; that is harmless unless a later change of
 the same key in the same second (and GTID transaction) lies between original and copy. With TiCDC the
-exact ``commitTs`` puts a copy back beside its original.
+exact ``commitTs`` orders transactions, TiDB merges a row's changes in one transaction into one event, and
+the position is the kind of change alone (``1`` delete, ``2`` update, ``3`` insert: TiCDC's order, so the
+delete half of a key change precedes the insert half), so a redelivered copy is an exact replay.
 
 The encoder writes what each producer writes (option ``flavour``): ``canal`` (full type text, partial
 ``old``, null members written, members in alphabetical order as fastjson writes them), ``tidb`` (``_tidb``
@@ -287,6 +289,13 @@ class _Schema:
         return row
 
 
+# TiCDC: the commit TSO orders transactions and TiDB merges one row's changes in a transaction into one
+# event, so within a commit only the kind of change matters (TiCDC's own order: delete < update < insert,
+# as the delete half of a key change precedes the insert half). The position then depends on the message
+# alone, and a redelivered copy is recognised as a replay.
+_TSO_RANK: Final = {DELETE: "1", UPDATE: "2", INSERT: "3", READ: "3"}
+
+
 def _gtid_number(gtid: str | None) -> int:
     """The transaction number of a MySQL (``uuid:n``) or MariaDB (``domain-server-seq``) GTID; 0 if none."""
     if not gtid:
@@ -481,6 +490,7 @@ class CanalJson(Format):
         gtid = msg.gtid
         # pad_position(txn, offset, row), spelled out: this is the hot loop
         prefix = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + "%020d/" % offset  # noqa: UP031
+        tso_rank = _TSO_RANK[op] if tidb is not None and tidb.commitTs is not None else None
         es = msg.es
         swapped = self._swap and op == UPDATE
         events = []
@@ -504,7 +514,7 @@ class CanalJson(Format):
             events.append(ChangeEvent(
                 kind=ROW, op=op, database=database, table=table, key=key, before=before, after=after,
                 columns=columns, commit_ts=commit_ts,
-                position=prefix + (_ROW_SUFFIX[i] if i < _ROW_SUFFIXES else f"{i:020d}"), ts_ms=es,
+                position=tso_rank or prefix + (_ROW_SUFFIX[i] if i < _ROW_SUFFIXES else f"{i:020d}"), ts_ms=es,
                 source=source))
         return events
 

@@ -32,6 +32,7 @@ from deltalake.exceptions import TableNotFoundError
 from cdclake import ddl as DDL
 
 STEPS_PER_BATCH = 1000
+TABLE_TOMBSTONE = "*"  # the key of a tombstone that buries a whole table (TRUNCATE, DROP TABLE)
 BOOKKEEPING = pa.schema([
     ("_cdc_key", pa.string()), ("_cdc_seq", pa.string()), ("_cdc_commit_ts", pa.int64()),
     ("_cdc_position", pa.string()), ("_cdc_ts_ms", pa.int64()),
@@ -112,19 +113,22 @@ class DeltaSink:
         table = self._open(self.internal_uri("progress"))
         if table is None:
             return None
-        rows = table.to_pyarrow_table(filters=[("pipeline", "=", self.pipeline)])
+        rows = read_table(table)
+        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline))
         if rows.num_rows == 0:
             return None
         return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
 
     # -- rows ------------------------------------------------------------------------------------------
-    def apply_rows(self, database: str, table: str, changes: pa.Table, version: int) -> dict[str, int]:
+    def apply_rows(self, database: str, table: str, changes: pa.Table, version: int,
+                   nulls_only: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
         """MERGE one table's net changes: a change applies only when its sequence is newer than the
         row's, and never over a newer delete (tombstone)."""
         uri = self.table_uri(database, table)
         if changes.num_rows == 0 or self.done(uri, version):
             return {"inserted": 0, "updated": 0, "deleted": 0}
         changes = self._drop_buried(database, table, changes)
+        changes = self._keep_lake_types(uri, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
         target = self._ensure_table(uri, changes.select(data_columns).schema)
         metrics = (
@@ -140,6 +144,19 @@ class DeltaSink:
         return {"inserted": metrics.get("num_target_rows_inserted", 0),
                 "updated": metrics.get("num_target_rows_updated", 0),
                 "deleted": metrics.get("num_target_rows_deleted", 0)}
+
+    def _keep_lake_types(self, uri: str, changes: pa.Table, nulls_only: set[str] | frozenset[str]) -> pa.Table:
+        """All-NULL columns take the lake column's type, whatever type their message stated for NULL."""
+        table = self._open(uri) if nulls_only else None
+        if table is None:
+            return changes
+        existing = pa.schema(table.schema().to_arrow())
+        for name in nulls_only:
+            if name in existing.names and name in changes.column_names:
+                lake_type = existing.field(name).type
+                index = changes.schema.get_field_index(name)
+                changes = changes.set_column(index, pa.field(name, lake_type), pa.nulls(changes.num_rows, lake_type))
+        return changes
 
     def _ensure_table(self, uri: str, schema: pa.Schema) -> DeltaTable:
         table = self._open(uri)
@@ -175,14 +192,22 @@ class DeltaSink:
         tombs = self._open(self.internal_uri("tombstones"))
         if tombs is None:
             return changes
-        ds = tombs.to_pyarrow_dataset()
-        buried = ds.to_table(filter=(pc.field("database") == database) & (pc.field("table") == table),
-                             columns=["_cdc_key", "_cdc_seq"])
+        everything = read_table(tombs, ["database", "table", "_cdc_key", "_cdc_seq"])
+        mine = pc.and_(pc.equal(everything["database"], database), pc.equal(everything["table"], table))
+        buried = everything.filter(mine).select(["_cdc_key", "_cdc_seq"])
+        whole = buried.filter(pc.equal(buried["_cdc_key"], TABLE_TOMBSTONE))
+        if whole.num_rows:
+            changes = changes.filter(pc.greater(changes["_cdc_seq"], pc.max(whole["_cdc_seq"])))
         if buried.num_rows == 0:
             return changes
         joined = changes.join(buried.rename_columns(["_cdc_key", "_tomb_seq"]), "_cdc_key", join_type="left outer")
         keep = pc.or_kleene(pc.is_null(joined["_tomb_seq"]), pc.greater(joined["_cdc_seq"], joined["_tomb_seq"]))
         return joined.filter(pc.fill_null(keep, True)).drop_columns(["_tomb_seq"]).select(changes.column_names)
+
+    def _bury_table(self, database: str, table: str, seq: str, version: int) -> None:
+        self.record_tombstones(pa.Table.from_pydict({
+            "database": [database], "table": [table], "_cdc_key": [TABLE_TOMBSTONE], "_cdc_seq": [seq],
+            "deleted_at": [_now()]}, schema=TOMBSTONES), version)
 
     def record_tombstones(self, tombstones: pa.Table, version: int) -> None:
         """Upsert the batch's deletes; forget tombstones older than the retention horizon."""
@@ -204,9 +229,9 @@ class DeltaSink:
         return table.delete(f"deleted_at < '{horizon}'").get("num_deleted_rows", 0)
 
     # -- DDL ----------------------------------------------------------------------------------------------
-    def apply_ddl(self, database: str, table: str, action: DDL.Action, version: int,
+    def apply_ddl(self, database: str, table: str, action: DDL.Action, version: int, seq: str,
                   lake_type: Any = None) -> str:
-        """Apply one DDL action; returns what was done, for the progress log."""
+        """Apply one DDL action (``seq``: the statement's source sequence); returns what was done."""
         uri = self.table_uri(database, table)
         if self.done(uri, version):
             return "already applied"
@@ -214,13 +239,18 @@ class DeltaSink:
         if isinstance(action, DDL.Unsupported):
             raise TableStopped(action.reason)
         if current is None:
+            if isinstance(action, DDL.Truncate | DDL.DropTable):
+                self._bury_table(database, table, seq, version)
             return "no lake table yet"
-        if isinstance(action, DDL.Truncate):
-            current.delete(commit_properties=self._commit(version))
-            return "truncated"
-        if isinstance(action, DDL.DropTable):
-            shutil.rmtree(uri, ignore_errors=True) if "://" not in uri else current.delete()
-            return "dropped"
+        if isinstance(action, DDL.Truncate | DDL.DropTable):
+            # A change older than the statement may still arrive from another partition: the table-wide
+            # tombstone buries it, and rows newer than the statement (already here) stay.
+            self._bury_table(database, table, seq, version)
+            current.delete(f"_cdc_seq < '{seq}'", commit_properties=self._commit(version))
+            if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
+                    ).count_rows() == 0:
+                shutil.rmtree(uri, ignore_errors=True)
+            return "truncated" if isinstance(action, DDL.Truncate) else "dropped"
         if isinstance(action, DDL.RenameTable):
             target = self.table_uri(action.database or database, action.table)
             if "://" in uri:
@@ -290,6 +320,21 @@ class DeltaSink:
                 if os.path.isdir(os.path.join(self.lake, database, table, "_delta_log")):
                     found.append((database, table))
         return found
+
+
+def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
+    """A Delta table as Arrow with plain string/binary columns (delta-rs may hand out view types, which
+    not every Arrow kernel accepts)."""
+    data = table.to_pyarrow_table(columns=columns)
+    fields = []
+    for f in data.schema:
+        if pa.types.is_string_view(f.type) or pa.types.is_large_string(f.type):
+            fields.append(f.with_type(pa.string()))
+        elif pa.types.is_binary_view(f.type) or pa.types.is_large_binary(f.type):
+            fields.append(f.with_type(pa.binary()))
+        else:
+            fields.append(f)
+    return data.cast(pa.schema(fields))
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:

@@ -7,7 +7,7 @@
 | BIGINT UNSIGNED | DECIMAL(20,0) |
 | DECIMAL(p,s), p ≤ 38 | DECIMAL(p,s) (p > 38: STRING, the exact text) |
 | FLOAT / DOUBLE | FLOAT / DOUBLE |
-| BIT(n) | BIGINT (DECIMAL(20,0) for n = 64) |
+| BIT(n) | BIGINT (DECIMAL(20,0) for n = 64, or n not stated) |
 | BOOLEAN | BOOLEAN |
 | YEAR | INT |
 | DATE | DATE |
@@ -41,7 +41,8 @@ def lake_type(t: SqlType) -> str:
         precision = t.length or 10
         return f"DECIMAL({precision},{t.scale or 0})" if precision <= 38 else "STRING"
     if t.family == T.BIT:
-        return "DECIMAL(20,0)" if (t.length or 1) > 63 else "BIGINT"
+        # A BIT whose width the message does not state (TiCDC's base type names) may be 64 bits wide.
+        return "BIGINT" if t.length is not None and t.length <= 63 else "DECIMAL(20,0)"
     return _FIXED.get(t.family, "STRING")
 
 

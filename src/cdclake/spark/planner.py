@@ -29,6 +29,7 @@ class RowStep:
     segment: int
     columns: list[Column]
     changes: DataFrame  # typed columns + _cdc_key, _cdc_op, _cdc_seq, _cdc_commit_ts, _cdc_position, _cdc_ts_ms
+    nulls_only: set[str]  # columns NULL in every change: their lake type wins over the stated one
 
 
 @dataclass
@@ -72,58 +73,89 @@ def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
     return expr
 
 
-def merge_columns(latest: list[dict], others: list[list[dict]]) -> list[Column]:
-    """The latest event's columns, then any other column this segment's events carried."""
+# The columns an event states together with a value: a type stated for NULL may be a stand-in.
+_VALUED = "filter(columns, c -> after[c.name] IS NOT NULL)"
+
+
+def merge_columns(latest_valued: list[dict], valued: list[list[dict]], latest: list[dict],
+                  others: list[list[dict]]) -> list[Column]:
+    """The columns of the latest event, then any other column this segment's events carried; each typed
+    as the events that gave it a value state it (the latest first, widened to hold the others')."""
+    stated: dict[str, str] = {}
+    for group in [latest_valued, *valued]:
+        for c in group or ():
+            name, type_text = c["name"], c["type"] or "unknown"
+            stated[name] = type_text if name not in stated else T.type_text(
+                T.wider(parse_type(stated[name]), parse_type(type_text)))
     seen: dict[str, Column] = {}
     for group in [latest, *others]:
         for c in group or ():
             if c["name"] not in seen:
-                seen[c["name"]] = Column(c["name"], c["type"] or "unknown", bool(c["key"]), c["nullable"])
+                type_text = stated.get(c["name"], c["type"] or "unknown")
+                seen[c["name"]] = Column(c["name"], type_text, bool(c["key"]), c["nullable"])
     return list(seen.values())
 
 
 _INTEGER_TEXT = r"^-?(0|[1-9][0-9]{0,17})$"
 
 
-def infer_types(part: DataFrame, columns: list[Column]) -> list[Column]:
+def infer_types(part: DataFrame, columns: list[Column]) -> tuple[list[Column], set[str]]:
     """Types the message did not state, from the values: DECIMAL without precision gets the digits its
-    values need; an untyped column whose values are all plain integers is BIGINT, else text. The sink
-    widens a lake column when a later batch needs more."""
-    probes, todo = [], []
-    for c in columns:
+    values need; an untyped column whose values are all plain integers is BIGINT, else text; an integer
+    column whose values exceed its stated type (DTS states no signedness) gets a type that holds them. The sink
+    widens a lake column when a later batch needs more. Also returns the columns that are NULL in every
+    row here: their stated type carries no information (a producer may state a stand-in type for NULL),
+    so the sink keeps the lake's type for them."""
+    probes = [F.count(F.col("after").getItem(c.name)).alias(f"n{i}") for i, c in enumerate(columns)]
+    for i, c in enumerate(columns):
         t = parse_type(c.type)
         value = F.col("after").getItem(c.name)
         if t.family == T.DECIMAL and t.length is None:
-            todo.append(c)
-            probes += [F.max(F.length(F.regexp_extract(value, r"^-?0*([0-9]*)", 1))).alias(f"i{len(todo)}"),
-                       F.max(F.length(F.regexp_extract(value, r"\.([0-9]*)$", 1))).alias(f"s{len(todo)}")]
+            probes += [F.max(F.length(F.regexp_extract(value, r"^-?0*([0-9]*)", 1))).alias(f"i{i}"),
+                       F.max(F.length(F.regexp_extract(value, r"\.([0-9]*)$", 1))).alias(f"s{i}")]
         elif t.family == T.UNKNOWN:
-            todo.append(c)
-            probes += [F.bool_and(value.isNull() | value.rlike(_INTEGER_TEXT)).alias(f"i{len(todo)}"),
-                       F.lit(0).alias(f"s{len(todo)}")]
-    if not todo:
-        return columns
-    found = part.agg(*probes).first()
-    inferred: dict[str, str] = {}
-    for n, c in enumerate(todo, start=1):
-        if parse_type(c.type).family == T.DECIMAL:
-            scale = found[f"s{n}"] or 0
-            precision = max(1, (found[f"i{n}"] or 0) + scale)
-            inferred[c.name] = f"decimal({precision},{scale})" if precision <= 38 else "text"
-        else:
-            inferred[c.name] = "bigint" if found[f"i{n}"] is not False else "text"
-    return [Column(c.name, inferred.get(c.name, c.type), c.key, c.nullable) for c in columns]
+            probes.append(F.bool_and(value.isNull() | value.rlike(_INTEGER_TEXT)).alias(f"i{i}"))
+        elif t.family == T.INTEGER:
+            number = F.expr(f"try_cast(after['{_sql_literal(c.name)}'] AS DECIMAL(20,0))")
+            probes += [F.min(number).alias(f"lo{i}"), F.max(number).alias(f"hi{i}")]
+    found = part.agg(*probes).first().asDict()
+    typed: list[Column] = []
+    for i, c in enumerate(columns):
+        type_text = c.type
+        if f"s{i}" in found:
+            scale = found[f"s{i}"] or 0
+            precision = max(1, (found[f"i{i}"] or 0) + scale)
+            type_text = f"decimal({precision},{scale})" if precision <= 38 else "text"
+        elif parse_type(c.type).family == T.UNKNOWN:
+            type_text = "bigint" if found[f"i{i}"] is not False else "text"
+        elif found.get(f"lo{i}") is not None:
+            holding = T.integer_type_for(int(found[f"lo{i}"]), int(found[f"hi{i}"]))
+            type_text = T.type_text(T.wider(parse_type(c.type), holding))
+        typed.append(Column(c.name, type_text, c.key, c.nullable))
+    return typed, {c.name for i, c in enumerate(columns) if not found[f"n{i}"]}
+
+
+def _sql_literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
+    """The typed lake rows, plus ``_cdc_unfit``: the columns whose value the lake type cannot hold (never
+    turned into NULL silently; MySQL zero dates are the documented exception)."""
     projections = [
         "key AS _cdc_key", "op AS _cdc_op", "_cdc_seq", "commit_ts AS _cdc_commit_ts",
         "position AS _cdc_position", "ts_ms AS _cdc_ts_ms",
     ]
+    checks = []
     for c in columns:
-        literal = c.name.replace("\\", "\\\\").replace("'", "\\'")
-        projections.append(f"{cast_sql(f'after[{chr(39)}{literal}{chr(39)}]', parse_type(c.type))} AS "
-                           f"`{c.name.replace('`', '``')}`")
+        literal = _sql_literal(c.name)
+        text = f"after['{literal}']"
+        typed = cast_sql(text, parse_type(c.type))
+        projections.append(f"{typed} AS `{c.name.replace('`', '``')}`")
+        if typed != text:
+            checks.append(f"CASE WHEN {text} IS NOT NULL AND {typed} IS NULL AND {text} NOT LIKE '0000-00-00%' "
+                          f"THEN '{literal}' END")
+    projections.append(f"concat_ws(',', {', '.join(checks)}) AS _cdc_unfit" if checks else "'' AS _cdc_unfit")
     return net.selectExpr(*projections)
 
 
@@ -179,7 +211,9 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     net = net.persist()
 
     groups = (net.groupBy("database", "table", "segment")
-              .agg(F.max_by("columns", "_cdc_seq").alias("latest"), F.collect_set("columns").alias("all"),
+              .agg(F.max_by(F.expr(_VALUED), "_cdc_seq").alias("latest_valued"),
+                   F.collect_set(F.expr(_VALUED)).alias("valued"),
+                   F.max_by("columns", "_cdc_seq").alias("latest"), F.collect_set("columns").alias("all"),
                    F.max("_cdc_seq").alias("last"))
               .collect())
     last_seq: dict[TableName, str] = {}
@@ -187,8 +221,8 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         name = (g["database"] or "", g["table"] or "")
         part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
                           & (F.col("segment") == g["segment"]))
-        columns = infer_types(part, merge_columns(g["latest"], g["all"]))
-        steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns)))
+        columns, nulls_only = infer_types(part, merge_columns(g["latest_valued"], g["valued"], g["latest"], g["all"]))
+        steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns), nulls_only))
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
     for name, table_steps in steps.items():
         # Rows of a segment come before the DDL that closes it.
