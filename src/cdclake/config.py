@@ -18,11 +18,28 @@ format = "canal-json"
 input = "/data/in/orders"     # a directory of captured-records or message-per-line files
 max_records_per_batch = 500000
 options = { "timestamp-zone" = "Asia/Shanghai" }
+
+[[source]]                    # a Kafka source, instead of input
+name = "payments"
+format = "ticdc-open"
+kafka = "broker1:9092,broker2:9092"   # bootstrap servers
+topics = ["tidb-payments"]    # a list (or one comma-separated string); or topic_pattern = "tidb-.*"
+starting_offsets = "earliest" # earliest | latest | per partition: { "tidb-payments" = { "0" = 42 } }
+connector = "cdclake"         # cdclake: no jar needed; spark: Spark's own Kafka source (jar on the classpath)
+max_records_per_batch = 200000  # at most this many Kafka offsets per batch, shared fairly over partitions
+kafka_options = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512",
+                  "sasl.username" = "cdc", "sasl.password" = "…", "ssl.ca.location" = "/etc/ca.pem" }
 ```
+
+``kafka_options`` are librdkafka settings (with ``connector = "spark"`` they go to Spark's Kafka source as
+``kafka.*`` options; ``sasl.username``/``sasl.password`` become its JAAS config). Secret values are never printed.
+After a crash a Kafka source resumes at the offsets the lake says it has applied, whatever Spark's checkpoint
+holds: no gap and no duplicate. Without ``follow`` it stops once caught up with the end offsets seen at start.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -38,11 +55,42 @@ class SourceConfig:
     name: str = "main"
     options: dict[str, str] = field(default_factory=dict)
     max_records_per_batch: int = 0  # 0: no limit
+    # A Kafka source (instead of input): bootstrap servers, the topics or a pattern, where a new pipeline
+    # starts, librdkafka client settings (secrets: kept out of repr), and which Spark connector reads it.
+    kafka: str | None = None
+    topics: list[str] = field(default_factory=list)
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
+    connector: str = "cdclake"
 
     def validate(self) -> None:
         formats.create(self.format, self.options)  # unknown format or option → a clear ValueError
         if self.input is not None and not os.path.exists(self.input):
             raise ValueError(f"source {self.name}: input {self.input!r} does not exist")
+        self._validate_kafka()
+
+    def _validate_kafka(self) -> None:
+        from cdclake.sources import kafka
+
+        if (self.input is None) == (self.kafka is None):
+            raise ValueError(f"source {self.name}: give either input or kafka (exactly one)")
+        if self.kafka is None:
+            if self.topics or self.topic_pattern:
+                raise ValueError(f"source {self.name}: topics need kafka (bootstrap servers)")
+            return
+        if self.connector not in CONNECTORS:
+            raise ValueError(f"source {self.name}: connector must be one of {', '.join(CONNECTORS)}, "
+                             f"not {self.connector!r}")
+        try:
+            kafka.Subscription.of(self.topics, self.topic_pattern)
+            kafka.parse_start(self.starting_offsets)
+            kafka.ClientSettings(self.kafka, self.kafka_options)
+        except ValueError as exc:
+            raise ValueError(f"source {self.name}: {exc}") from None
+
+
+CONNECTORS = ("cdclake", "spark")
 
 
 @dataclass
@@ -74,7 +122,32 @@ class PipelineConfig:
 
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
         "storage"}
-_SOURCE = {"name", "format", "input", "options", "max_records_per_batch"}
+_SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
+           "starting_offsets", "kafka_options", "connector"}
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _kafka_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """The Kafka keys of a ``[[source]]``, as SourceConfig fields (a missing key keeps its default)."""
+    out: dict[str, Any] = {}
+    if "kafka" in raw:
+        out["kafka"] = str(raw["kafka"])
+    if "topics" in raw:
+        topics = raw["topics"]
+        out["topics"] = [str(t) for t in topics] if isinstance(topics, list) else [str(topics)]
+    if "topic_pattern" in raw:
+        out["topic_pattern"] = str(raw["topic_pattern"])
+    if "starting_offsets" in raw:
+        start = raw["starting_offsets"]
+        out["starting_offsets"] = json.dumps(start) if isinstance(start, dict) else str(start)
+    if "kafka_options" in raw:
+        out["kafka_options"] = {str(k): _text(v) for k, v in raw["kafka_options"].items()}
+    if "connector" in raw:
+        out["connector"] = str(raw["connector"])
+    return out
 
 
 def load(path: str) -> PipelineConfig:
@@ -96,7 +169,7 @@ def load(path: str) -> PipelineConfig:
         sources.append(SourceConfig(
             format=raw["format"], input=raw.get("input"), name=raw.get("name", f"source{index + 1}"),
             options={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in raw.get("options", {}).items()},
-            max_records_per_batch=int(raw.get("max_records_per_batch", 0))))
+            max_records_per_batch=int(raw.get("max_records_per_batch", 0)), **_kafka_fields(raw)))
     spark = data.get("spark", {})
     return PipelineConfig(
         lake=data["lake"], sources=sources, name=data.get("name", "default"), checkpoint=data.get("checkpoint"),
