@@ -8,7 +8,7 @@ import pytest
 
 from cdclake import formats, pipeline, workload
 from cdclake.config import PipelineConfig, SourceConfig
-from tests.lake import lake_differences
+from cdclake.lakecheck import differences
 
 pytestmark = pytest.mark.spark
 
@@ -43,5 +43,5 @@ def test_workload_reaches_the_expected_state(spark, tmp_path, name, options):
     summary = pipeline.run(config, spark=spark)
     assert summary.total("dead_letters") == 0
     assert summary.total("records") == generated.manifest["records"]
-    problems = lake_differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
+    problems = differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)

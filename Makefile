@@ -1,0 +1,32 @@
+# Everything a fresh machine needs: Python ≥ 3.11 and Java 17 (for Spark). `make demo`, `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint bench java
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+java:
+	@command -v java >/dev/null || { echo "Spark needs Java 17: apt-get install -y openjdk-17-jre-headless" >&2; exit 1; }
+
+demo: $(STAMP) java
+	$(BIN)/cdclake demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+test: $(STAMP) java lint
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not spark and not kafka"
+
+bench: $(STAMP) java
+	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python benchmarks/pipeline.py
