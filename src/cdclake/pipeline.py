@@ -28,7 +28,7 @@ from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
 from cdclake.sources import files, kafka
 from cdclake.spark import changelog as CL
 from cdclake.spark import planner
-from cdclake.spark.lake_types import lake_type
+from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session
 from cdclake.spark.sources import register
 from cdclake.types import parse_type
@@ -66,13 +66,6 @@ class RunSummary:
 
 
 Progress = Callable[[BatchReport], None]
-
-
-def _spark_type(type_text: str) -> pa.DataType:
-    from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.types import _parse_datatype_string
-
-    return to_arrow_type(_parse_datatype_string(lake_type(parse_type(type_text))))
 
 
 class BatchApplier:
@@ -182,7 +175,7 @@ class BatchApplier:
         for action in step.actions:
             column_type = None
             if isinstance(action, DDL.AddColumn | DDL.ModifyColumn):
-                column_type = _spark_type(action.type)
+                column_type = arrow_type(parse_type(action.type))
             self.sink.apply_ddl(database, table, action, version, step.seq, column_type)
 
     def _stopped_records(self, records: DataFrame, log: DataFrame,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from cdclake.spark.changelog import CHANGELOG_ARROW
 from cdclake.spark.planner import RowStep, plan
@@ -48,3 +49,18 @@ def test_replays_collapse_and_the_newest_change_wins(spark):
     (step,) = plan(changelog(spark, rows)).tables[("d", "t")]
     got = step.changes.toArrow().to_pylist()
     assert [(r["_cdc_op"], r["name"]) for r in got] == [("u", "c")]
+
+
+def test_lake_types_agree_between_spark_casts_and_ddl_columns(spark):
+    """A column added by DDL (Arrow type from lake_types) must have the type the Spark casts give rows."""
+    from cdclake.events import Column
+    from cdclake.spark.lake_types import arrow_type
+    from cdclake.spark.planner import typed_changes
+    from cdclake.types import parse_type
+    from cdclake.workload import ALL_TYPES
+
+    columns = [Column(f"c{i}", t) for i, t in enumerate(ALL_TYPES)]
+    frame = changelog(spark, [row("c", 1, 0, 5)]).withColumn("_cdc_seq", F.lit("0"))
+    schema = typed_changes(frame, columns).toArrow().schema
+    for column in columns:
+        assert schema.field(column.name).type == arrow_type(parse_type(column.type)), column.type

@@ -23,6 +23,8 @@ Values that do not fit (MySQL zero dates such as ``0000-00-00``) become NULL in 
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from cdclake import types as T
 from cdclake.types import SqlType
 
@@ -30,6 +32,12 @@ _SIGNED = {8: "TINYINT", 16: "SMALLINT", 24: "INT", 32: "INT", 64: "BIGINT"}
 _UNSIGNED = {8: "SMALLINT", 16: "INT", 24: "INT", 32: "BIGINT", 64: "DECIMAL(20,0)"}
 _FIXED = {T.FLOAT: "FLOAT", T.DOUBLE: "DOUBLE", T.BOOLEAN: "BOOLEAN", T.YEAR: "INT", T.DATE: "DATE",
           T.DATETIME: "TIMESTAMP_NTZ", T.TIMESTAMP: "TIMESTAMP", T.BINARY: "BINARY"}
+
+
+_ARROW = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(), "BIGINT": pa.int64(),
+          "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(), "DATE": pa.date32(),
+          "TIMESTAMP_NTZ": pa.timestamp("us"), "TIMESTAMP": pa.timestamp("us", tz="UTC"), "STRING": pa.string(),
+          "BINARY": pa.binary()}
 
 
 def lake_type(t: SqlType) -> str:
@@ -44,6 +52,14 @@ def lake_type(t: SqlType) -> str:
         # A BIT whose width the message does not state (TiCDC's base type names) may be 64 bits wide.
         return "BIGINT" if t.length is not None and t.length <= 63 else "DECIMAL(20,0)"
     return _FIXED.get(t.family, "STRING")
+
+
+def arrow_type(t: SqlType) -> pa.DataType:
+    """The Arrow type of the lake column (what delta-rs stores)."""
+    target = lake_type(t)
+    if target.startswith("DECIMAL"):
+        return pa.decimal128(t.length or 10, t.scale or 0) if t.family == T.DECIMAL else pa.decimal128(20, 0)
+    return _ARROW[target]
 
 
 def cast_sql(text_expr: str, t: SqlType) -> str:
