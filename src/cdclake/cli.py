@@ -22,6 +22,13 @@ BATCH = 10_000
 FormatName = Annotated[str, typer.Option("--format", "-f", help="Wire format: " + ", ".join(formats.names()))]
 OptionPairs = Annotated[list[str] | None, typer.Option(
     "--option", "-o", help="Format option KEY=VALUE (repeatable); `cdclake formats` lists them.")]
+KafkaServers = Annotated[str | None, typer.Option("--kafka", help="Kafka bootstrap servers HOST:PORT[,HOST:PORT…].")]
+Topics = Annotated[list[str] | None, typer.Option("--topic", help="Kafka topic(s): T[,T…] (repeatable).")]
+TopicPattern = Annotated[str | None, typer.Option(help="Kafka topics whose whole name matches this regex.")]
+StartingOffsets = Annotated[str, typer.Option(
+    help='Where to start reading: earliest, latest or per partition, e.g. \'{"orders": {"0": 42}}\'.')]
+KafkaOptionPairs = Annotated[list[str] | None, typer.Option(
+    "--kafka-option", help="Kafka client setting KEY=VALUE (repeatable), e.g. security.protocol=SASL_SSL.")]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -113,6 +120,12 @@ def run(
     pipeline_file: Annotated[Path | None, typer.Argument(help="PIPELINE.toml (instead of the flags).")] = None,
     format_name: Annotated[str | None, typer.Option("--format", "-f", help="Wire format of the input.")] = None,
     input_dir: Annotated[Path | None, typer.Option("--input", help="Directory (or file) of captured records.")] = None,
+    kafka_servers: KafkaServers = None,
+    topic: Topics = None,
+    topic_pattern: TopicPattern = None,
+    starting_offsets: StartingOffsets = "earliest",
+    kafka_option: KafkaOptionPairs = None,
+    connector: Annotated[str, typer.Option(help="Kafka connector: cdclake (no jar) or spark (its own).")] = "cdclake",
     lake: Annotated[Path | None, typer.Option(help="Lake root directory.")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint directory (default: under the lake).")] = None,
     option: OptionPairs = None,
@@ -127,12 +140,15 @@ def run(
         if pipeline_file is not None:
             cfg = C.load(str(pipeline_file))
         else:
-            if not (format_name and input_dir and lake):
-                raise ValueError("give PIPELINE.toml, or --format, --input and --lake")
+            if not (format_name and lake) or (input_dir is None) == (kafka_servers is None):
+                raise ValueError("give PIPELINE.toml, or --format, --lake and one of --input and --kafka")
             fmt_cls = formats.get(format_name)
-            source = C.SourceConfig(format=format_name, input=str(input_dir),
+            source = C.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
                                     options=parse_options(fmt_cls, option or []),
-                                    max_records_per_batch=max_records_per_batch)
+                                    max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
+                                    topics=topic or [], topic_pattern=topic_pattern,
+                                    starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
+                                    connector=connector)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
                                    checkpoint=str(checkpoint) if checkpoint else None)
         cfg.validate()
@@ -147,7 +163,12 @@ def run(
                    f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{stopped}",
                    err=True)
 
-    summary = run_pipeline(cfg, progress=show)
+    from cdclake.sources.kafka import KafkaSourceError
+
+    try:
+        summary = run_pipeline(cfg, progress=show)
+    except (ValueError, KafkaSourceError) as exc:
+        raise _fail(str(exc)) from None
     typer.echo(f"done: {len(summary.batches)} batches, {summary.total('records')} records, "
                f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
                f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
@@ -174,6 +195,9 @@ def generate(
     partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions per topic.")] = 1,
     replays: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fraction of records delivered twice.")] = 0.0,
     option: OptionPairs = None,
+    kafka_servers: Annotated[str | None, typer.Option(
+        "--kafka", help="Also produce the records to Kafka at HOST:PORT (topics created as needed).")] = None,
+    kafka_option: KafkaOptionPairs = None,
 ) -> None:
     """Simulate a source database and write its changes as FORMAT records, with the expected final state."""
     from cdclake import workload as W
@@ -189,8 +213,9 @@ def generate(
                                replays=replays, options=options)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    # Files for now; a --kafka HOST:PORT output would produce the same records, in the same order, to a broker.
     files = W.write_generated(out, generated)
+    if kafka_servers:
+        _publish(kafka_servers, kafka_option, generated.records, partitions)
     profile = W.profile_for(format_name, options)
     manifest = generated.manifest
     typer.echo(f"{format_name}: {manifest['events']} events ({_counts(manifest['event_counts'])}) → "
@@ -258,6 +283,64 @@ def verify(
         typer.echo(f"  skipped {count}: {why}")
     if counts[MISMATCH] or counts[CORRUPTED] or counts[FAILED]:
         raise typer.Exit(1)
+
+
+def _pairs(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {pair.split('=')[0]!r}…")  # never echo a secret value
+        out[key.strip()] = value
+    return out
+
+
+def _publish(servers: str, options: list[str] | None, records: list[Record], partitions: int) -> None:
+    from cdclake.sources import kafka
+
+    try:
+        settings = kafka.ClientSettings(servers, _pairs(options))
+        acked = kafka.publish(settings, records, partitions)
+    except (ValueError, kafka.KafkaSourceError) as exc:
+        raise _fail(str(exc)) from None
+    topics = sorted(acked)
+    typer.echo(f"produced {len(records)} records to Kafka at {servers}: {', '.join(topics)} "
+               f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
+
+
+@app.command()
+def capture(
+    kafka_servers: Annotated[str, typer.Option("--kafka", help="Kafka bootstrap servers HOST:PORT[,HOST:PORT…].")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the files (one per topic-partition).")],
+    topic: Topics = None,
+    topic_pattern: TopicPattern = None,
+    max_records: Annotated[int, typer.Option(min=0, help="At most this many records in all (0: all), shared "
+                                             "fairly over partitions.")] = 0,
+    starting_offsets: StartingOffsets = "earliest",
+    kafka_option: KafkaOptionPairs = None,
+) -> None:
+    """Write Kafka records to captured-records files, up to the end offsets seen at start: for offline replay
+    (`cdclake run --input`), debugging and bug reports."""
+    from cdclake.sources import kafka
+
+    try:
+        settings = kafka.ClientSettings(kafka_servers, _pairs(kafka_option))
+        subscription = kafka.Subscription.of(topic, topic_pattern)
+        starting = kafka.parse_start(starting_offsets)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+    def show(done: kafka.Captured) -> None:
+        typer.echo(f"{done.range}: {done.records} records → {done.path}", err=True)
+
+    try:
+        captured = kafka.capture(settings, subscription, out, starting=starting, max_records=max_records or None,
+                                 progress=show)
+    except (ValueError, kafka.KafkaSourceError) as exc:
+        raise _fail(str(exc)) from None
+    total = sum(c.records for c in captured)
+    typer.echo(f"captured {total} records from {len(captured)} partition(s) of {subscription.describe()} "
+               f"into {out}", err=True)
 
 
 def _json_text(value: object) -> str:

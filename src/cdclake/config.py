@@ -27,8 +27,13 @@ topics = ["tidb-payments"]    # a list (or one comma-separated string); or topic
 starting_offsets = "earliest" # earliest | latest | per partition: { "tidb-payments" = { "0" = 42 } }
 connector = "cdclake"         # cdclake: no jar needed; spark: Spark's own Kafka source (jar on the classpath)
 max_records_per_batch = 200000  # at most this many Kafka offsets per batch, shared fairly over partitions
-kafka_options = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512",
-                  "sasl.username" = "cdc", "sasl.password" = "…", "ssl.ca.location" = "/etc/ca.pem" }
+
+[source.kafka_options]        # librdkafka client settings of the source above
+"security.protocol" = "SASL_SSL"
+"sasl.mechanism" = "SCRAM-SHA-512"
+"sasl.username" = "cdc"
+"sasl.password" = "…"
+"ssl.ca.location" = "/etc/ca.pem"
 ```
 
 ``kafka_options`` are librdkafka settings (with ``connector = "spark"`` they go to Spark's Kafka source as

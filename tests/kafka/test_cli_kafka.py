@@ -1,0 +1,136 @@
+"""The command line and PIPELINE.toml for Kafka: `generate --kafka`, `capture`, the Kafka flags of `run`, and
+the Kafka keys of a pipeline file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cdclake import config as C
+from cdclake.cli import app
+from cdclake.records import Record, read_file
+from cdclake.sources import kafka as K
+
+pytestmark = pytest.mark.kafka
+
+SECRET = "s3cr3t-Pa55"
+
+
+def _read_all(broker, topic: str, partitions: int) -> list[Record]:
+    with K.KafkaClient(broker.settings()) as client:
+        end = client.latest([(topic, p) for p in range(partitions)])
+    return [r for rng in K.ranges({}, end) for chunk in K.read_records(broker.settings(), rng) for r in chunk]
+
+
+def test_generate_produces_the_records_it_writes(broker, tmp_path):
+    out = tmp_path / "gen"
+    result = CliRunner().invoke(app, ["generate", "--format", "ticdc-open", "--out", str(out), "--events", "400",
+                                      "--partitions", "3", "--replays", "0.1", "--kafka", broker.servers])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert f"produced {manifest['records']} records to Kafka at {broker.servers}: cdclake-sim (3 partitions each)" \
+        in result.output
+    with K.KafkaClient(broker.settings()) as client:
+        assert client.partitions(K.Subscription.of("cdclake-sim")) == [("cdclake-sim", p) for p in range(3)]
+    written = [line.record for path in sorted((out / "records").iterdir()) for line in read_file(path)]
+    produced = _read_all(broker, "cdclake-sim", 3)
+    # The same records, each in the partition and at the offset the simulated producer gave it.
+    assert [(r.partition, r.offset, r.key, r.value, r.headers) for r in produced] == \
+        [(r.partition, r.offset, r.key, r.value, r.headers) for r in written]
+
+
+def test_capture_takes_at_most_max_records_shared_over_partitions(broker, tmp_path):
+    topic = broker.topic(3, "capmax")
+    broker.publish([Record(topic=topic, partition=p, value=b"%d" % i) for p in range(3) for i in range(10)], 3)
+    out = tmp_path / "cap"
+    result = CliRunner().invoke(app, ["capture", "--kafka", broker.servers, "--topic", topic, "--out", str(out),
+                                      "--max-records", "10", "--starting-offsets", f'{{"{topic}": {{"1": 8}}}}'])
+    assert result.exit_code == 0, result.output
+    counts = {p.name: sum(1 for _ in read_file(p)) for p in sorted(out.iterdir())}
+    # Partition 1 has 2 records left: it gives them all; the other two share the rest.
+    assert counts == {f"{topic}.0000.jsonl": 4, f"{topic}.0001.jsonl": 2, f"{topic}.0002.jsonl": 4}
+    assert f"{topic}[1] offsets 8..9: 2 records" in result.output
+    assert f"captured 10 records from 3 partition(s) of topic(s) {topic}" in result.output
+    lines = [line.record for line in read_file(out / f"{topic}.0001.jsonl")]
+    assert [(r.topic, r.partition, r.offset, r.value) for r in lines] == [(topic, 1, 8, b"8"), (topic, 1, 9, b"9")]
+
+
+def test_capture_and_run_say_plainly_what_is_wrong(broker, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "no-such-topic", "--out",
+                                 str(tmp_path / "x")])
+    assert result.exit_code == 2 and "no topic(s) no-such-topic found" in result.output
+    result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "either topics or a topic pattern" in result.output
+    result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "t", "--out", str(tmp_path),
+                                 "--kafka-option", f"sasl.password{SECRET}"])
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.output
+    result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "t", "--out", str(tmp_path),
+                                 "--kafka-option", f"sasl.jaas.config=x password=\"{SECRET}\""])
+    assert result.exit_code == 2 and SECRET not in result.output
+    (tmp_path / "in").mkdir()
+    for args, message in [
+        (["--input", str(tmp_path / "in"), "--kafka", broker.servers, "--topic", "t"], "one of --input and --kafka"),
+        ([], "one of --input and --kafka"),
+        (["--kafka", broker.servers], "either topics or a topic pattern"),
+        (["--kafka", broker.servers, "--topic", "t", "--starting-offsets", "oldest"], "earliest, latest or JSON"),
+        (["--kafka", broker.servers, "--topic", "t", "--connector", "flink"], "connector must be one of"),
+        (["--kafka", broker.servers, "--topic-pattern", "(", "--topic", "t"], "either topics or a topic pattern"),
+    ]:
+        result = runner.invoke(app, ["run", "--format", "canal-json", "--lake", str(tmp_path / "lake"), *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+
+
+def test_pipeline_file_kafka_keys(tmp_path):
+    path = tmp_path / "PIPELINE.toml"
+    path.write_text(f"""
+lake = "{tmp_path / 'lake'}"
+[[source]]
+name = "pay"
+format = "ticdc-open"
+kafka = "b1:9092,b2:9092"
+topics = ["a", "b"]
+starting_offsets = {{ a = {{ "0" = 42 }} }}
+max_records_per_batch = 1000
+[source.kafka_options]
+"security.protocol" = "SASL_SSL"
+"sasl.password" = "{SECRET}"
+"enable.ssl.certificate.verification" = false
+
+[[source]]
+name = "orders"
+format = "canal-json"
+kafka = "b1:9092"
+topic_pattern = "orders-.*"
+connector = "spark"
+""")
+    config = C.load(str(path))
+    config.validate()
+    pay, orders = config.sources
+    assert (pay.kafka, pay.topics, pay.input, pay.max_records_per_batch) == ("b1:9092,b2:9092", ["a", "b"], None, 1000)
+    assert json.loads(pay.starting_offsets) == {"a": {"0": 42}}
+    assert K.parse_start(pay.starting_offsets) == {"a": {0: 42}}
+    assert pay.kafka_options == {"security.protocol": "SASL_SSL", "sasl.password": SECRET,
+                                 "enable.ssl.certificate.verification": "false"}
+    assert SECRET not in repr(config) and pay.connector == "cdclake"
+    assert (orders.topic_pattern, orders.topics, orders.connector, orders.starting_offsets) == \
+        ("orders-.*", [], "spark", "earliest")
+    path.write_text(path.read_text().replace('connector = "spark"', 'connector = "flink"'))
+    with pytest.raises(ValueError, match="source orders: connector must be one of cdclake, spark"):
+        C.load(str(path)).validate()
+    path.write_text(f'lake = "{tmp_path}"\n[[source]]\nformat = "canal-json"\ntopics = "a,b"\n')
+    with pytest.raises(ValueError, match="give either input or kafka"):
+        C.load(str(path)).validate()
+
+
+def test_docstring_example_of_the_pipeline_file_loads(tmp_path):
+    text = C.__doc__.split("```toml", 1)[1].split("```", 1)[0]
+    path = tmp_path / "PIPELINE.toml"
+    path.write_text(text)
+    config = C.load(str(path))
+    kafka_source = next(s for s in config.sources if s.kafka)
+    assert kafka_source.topics == ["tidb-payments"] and kafka_source.kafka_options["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert config.sources[0].input == "/data/in/orders" and config.sources[0].kafka is None
