@@ -67,7 +67,8 @@ _CAPTURED_MEMBERS = (b'"topic"', b'"partition"', b'"offset"', b'"value"')
 
 
 def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text, validate=True)
+    # binascii's strict mode checks what b64decode(validate=True) checks, several times faster.
+    return None if text is None else binascii.a2b_base64(text, strict_mode=True)
 
 
 def _b64(data: bytes | None) -> str | None:

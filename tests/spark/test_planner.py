@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -18,11 +20,11 @@ def changelog(spark, rows: list[dict]):
 
 
 def row(op: str, key: int, offset: int, commit_ts: int | None, name: str = "x") -> dict:
-    image = [("id", str(key)), ("name", name)]
+    image = json.dumps({"id": key, "name": name})
     return {"status": "event", "kind": "row", "op": op, "database": "d", "table": "t", "key": f"[{key}]",
             "after": None if op == "d" else image, "before": image if op == "d" else None,
-            "columns": [{"name": "id", "type": "bigint", "key": True, "nullable": False},
-                        {"name": "name", "type": "varchar(8)", "key": False, "nullable": True}],
+            "columns": json.dumps([{"name": "id", "type": "bigint", "key": True, "nullable": False},
+                                   {"name": "name", "type": "varchar(8)", "key": False, "nullable": True}]),
             "commit_ts": commit_ts, "position": f"{offset:020d}", "topic": "t", "partition": 0, "offset": offset,
             "seq": 0}
 

@@ -118,14 +118,26 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False) 
         yield records_to_arrow(rows)
 
 
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+
+
 def records_to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({
-        "key": [r.key for r in records],
-        "value": [r.value for r in records],
-        "topic": [r.topic for r in records],
-        "partition": [r.partition for r in records],
-        "offset": [r.offset for r in records],
-        "timestamp": [None if r.timestamp is None else r.timestamp * 1000 for r in records],
-        "timestampType": [0 for _ in records],
-        "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-    }, schema=RECORD_ARROW)
+    offsets, names, values = [0], [], []
+    for r in records:
+        for name, value in r.headers:
+            names.append(name)
+            values.append(value)
+        offsets.append(len(names))
+    headers = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=list(_HEADER)))
+    return pa.RecordBatch.from_arrays([
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([None if r.timestamp is None else r.timestamp * 1000 for r in records], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")),
+        pa.array([0] * len(records), pa.int32()),
+        headers.cast(RECORD_ARROW.field("headers").type),
+    ], schema=RECORD_ARROW)

@@ -3,7 +3,9 @@
 The format modules run unchanged inside the Python workers, over Arrow batches of Kafka records. Every
 record comes out accounted for: as its events (``status = 'event'``), as a dead letter with its raw
 bytes and reason (``'failed'``), or as ``'skipped'`` when it carries no change by design (a tombstone,
-a heartbeat). Values travel as ``map<string,string>`` of canonical text, typed later per table.
+a heartbeat). Row images and column lists travel as JSON text (``before``, ``after``, ``columns``):
+building nested Arrow values in Python costs more than the decoding itself, while Spark parses JSON in
+the JVM when the planner needs it (``AFTER_MAP``, ``COLUMNS_TYPE``). Values are typed later per table.
 """
 
 from __future__ import annotations
@@ -17,21 +19,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
-from cdclake.events import ChangeEvent, Row
+from cdclake.events import UNKNOWN_TYPE, ChangeEvent, Row
 from cdclake.formats.base import Format
 from cdclake.records import Record
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
 
-_TEXT_MAP = pa.map_(pa.string(), pa.string())
-_COLUMNS = pa.list_(pa.struct([("name", pa.string()), ("type", pa.string()), ("key", pa.bool_()),
-                               ("nullable", pa.bool_())]))
+AFTER_MAP = "map<string,string>"
+COLUMNS_TYPE = "array<struct<name:string,type:string,key:boolean,nullable:boolean>>"
 CHANGELOG_ARROW = pa.schema([
     ("status", pa.string()), ("kind", pa.string()), ("op", pa.string()),
     ("database", pa.string()), ("table", pa.string()),
     ("key", pa.string()), ("before_key", pa.string()),
-    ("before", _TEXT_MAP), ("after", _TEXT_MAP), ("columns", _COLUMNS),
+    ("before", pa.string()), ("after", pa.string()), ("columns", pa.string()),
     ("commit_ts", pa.int64()), ("position", pa.string()), ("ts_ms", pa.int64()), ("ddl", pa.string()),
     ("checksum_ok", pa.bool_()), ("checksum_expected", pa.int64()), ("checksum_actual", pa.int64()),
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("seq", pa.int32()),
@@ -50,19 +51,6 @@ def _format(name: str, options: dict[str, str]) -> Format:
     return _formats[cache_key]
 
 
-def value_text(value: Any) -> str | None:
-    """A canonical value as the text the typed projection casts from."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    return _json.encode(value).decode()
-
-
 def key_names(event: ChangeEvent) -> list[str] | None:
     named = [c.name for c in event.columns or () if c.key]
     if named:
@@ -79,16 +67,39 @@ def key_text(names: list[str] | None, image: Row | None) -> str | None:
     return _json.encode([image.get(n) for n in names]).decode()
 
 
-def _text_row(image: Row | None) -> list[tuple[str, str | None]] | None:
-    return None if image is None else [(k, value_text(v)) for k, v in image.items()]
+def _image_json(image: Row | None, untyped: bool) -> str | None:
+    """A row image as JSON. Spark re-renders a JSON number read as text (``1e16`` → ``1.0E16``), which is
+    harmless where a type casts it back, but a column without a type keeps the text: there floats travel
+    as their exact Python text."""
+    if image is None:
+        return None
+    if untyped:
+        image = {k: repr(v) if type(v) is float else v for k, v in image.items()}
+    return _json.encode(image).decode()
+
+
+class _ColumnsJson(dict[int, tuple[Any, str, bool]]):
+    """Column lists as JSON (and whether a column lacks a type), once per list: a format hands the same
+    list to every event of a schema."""
+
+    def of(self, columns: list[Any] | None) -> tuple[str | None, bool]:
+        if columns is None:
+            return None, True
+        cached = self.get(id(columns))
+        if cached is None or cached[0] is not columns:
+            untyped = any(c.type == UNKNOWN_TYPE for c in columns)
+            cached = (columns, _json.encode(columns).decode(), untyped)
+            self[id(columns)] = cached
+        return cached[1], cached[2]
 
 
 def _empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in CHANGELOG_ARROW.names}
 
 
-def _event_rows(out: dict[str, list[Any]], event: ChangeEvent, seq: int) -> None:
+def _event_rows(out: dict[str, list[Any]], event: ChangeEvent, seq: int, columns_json: _ColumnsJson) -> None:
     names = key_names(event)
+    columns_text, untyped = columns_json.of(event.columns)
     if event.key is not None and names is not None and all(n in event.key for n in names):
         key = _json.encode([event.key[n] for n in names]).decode()
     else:
@@ -99,9 +110,8 @@ def _event_rows(out: dict[str, list[Any]], event: ChangeEvent, seq: int) -> None
         "status": "event", "kind": event.kind, "op": event.op, "database": event.database,
         "table": event.table, "key": key,
         "before_key": key_text(names, event.before) if event.after is not None else None,
-        "before": _text_row(event.before), "after": _text_row(event.after),
-        "columns": None if event.columns is None else [
-            {"name": c.name, "type": c.type, "key": c.key, "nullable": c.nullable} for c in event.columns],
+        "before": _image_json(event.before, untyped), "after": _image_json(event.after, untyped),
+        "columns": columns_text,
         "commit_ts": event.commit_ts, "position": event.position, "ts_ms": event.ts_ms, "ddl": event.ddl,
         "checksum_ok": checksum.ok if checksum else None,
         "checksum_expected": checksum.expected if checksum else None,
@@ -127,6 +137,7 @@ def decode_batch(fmt: Format, records: list[Record]) -> pa.RecordBatch:
     decoded = fmt.decode(records)
     out = _empty_columns()
     produced: set[tuple[str, int, int]] = set()
+    columns_json = _ColumnsJson()
     seq_of: dict[tuple[str, int, int], int] = {}
     for event in decoded.events:
         source = event.source
@@ -134,7 +145,7 @@ def decode_batch(fmt: Format, records: list[Record]) -> pa.RecordBatch:
         seq = seq_of.get(coords, 0)
         seq_of[coords] = seq + 1
         produced.add(coords)
-        _event_rows(out, event, seq)
+        _event_rows(out, event, seq, columns_json)
     failed = {id(f.record): f for f in decoded.failures}
     for record in records:
         failure = failed.get(id(record))

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from cdclake import ddl as DDL
 from cdclake import types as T
 from cdclake.events import Column
+from cdclake.spark.changelog import AFTER_MAP, COLUMNS_TYPE
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
@@ -175,7 +176,9 @@ def partition_commit_ts(events: DataFrame, carried: dict[str, int]) -> DataFrame
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
     counts = {row["status"]: row["count"] for row in changelog.groupBy("status").count().collect()}
-    events = changelog.filter(F.col("status") == "event")
+    events = (changelog.filter(F.col("status") == "event")
+              .withColumn("after", F.from_json("after", AFTER_MAP))
+              .withColumn("columns", F.from_json("columns", COLUMNS_TYPE)))
     partition_ts: dict[str, int] = dict(carried_ts or {})
     if events.filter(F.col("commit_ts").isNull()).limit(1).count():
         events = partition_commit_ts(events, partition_ts)
