@@ -353,5 +353,20 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
 
 
+@app.command()
+def demo(
+    workdir: Annotated[Path, typer.Option(help="Where the sample input and the lake are written (replaced).")] = Path(
+        "demo-lake"),
+    events: Annotated[int, typer.Option(min=10, help="Changes per simulated source database.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated databases.")] = 1,
+) -> None:
+    """Four change streams (TiCDC Canal-JSON and Open Protocol, Debezium JSON, DTS Avro) → Spark → Delta
+    tables, read back with DuckDB and Polars and checked against the sources' final state."""
+    from cdclake import demo as D
+
+    if not D.run(workdir.resolve(), events=events, seed=seed, say=typer.echo):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
