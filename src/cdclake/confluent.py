@@ -392,3 +392,20 @@ def write_payload(schema_id: int, parsed: ParsedSchema, datum: Any) -> bytes:
     stream.write(_HEADER.pack(MAGIC, schema_id))
     fastavro.schemaless_writer(stream, parsed, datum)
     return stream.getvalue()
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A multi-byte Avro varint starting at ``pos`` (readers inline the one-byte case): its raw value,
+    before zig-zag decoding, and the position after it. Shared by the generated Avro readers."""
+    byte = data[pos]
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
+    while byte >= 0x80:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if shift > 70:
+            raise ValueError("varint longer than 10 bytes")
+    return result, pos

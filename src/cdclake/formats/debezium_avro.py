@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from cdclake import confluent
+from cdclake.confluent import read_varint as _varint
 from cdclake.events import ChangeEvent, Row
 from cdclake.formats.base import DecodeError, Option
 from cdclake.formats.debezium_common import (
@@ -155,22 +156,6 @@ def without_logical_types(schema: Any) -> Any:
 
 class _Unsupported(Exception):
     """A schema shape the generator does not handle (arrays, maps): fastavro reads it."""
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A multi-byte Avro varint (the one-byte case is inlined): its raw zigzag value and end."""
-    byte = data[pos]
-    result = byte & 0x7F
-    shift = 7
-    pos += 1
-    while byte >= 0x80:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if shift > 70:
-            raise ValueError("varint longer than 10 bytes")
-    return result, pos
 
 
 class _Generator:

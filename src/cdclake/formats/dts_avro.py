@@ -43,7 +43,7 @@ import io
 import logging
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Final
@@ -64,11 +64,10 @@ from cdclake.events import (
     UPDATE,
     ChangeEvent,
     Column,
-    Source,
     complete_before,
     pad_position,
 )
-from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import DecodeError, Format, Option
 from cdclake.records import Record
 
 log = logging.getLogger(__name__)
@@ -473,26 +472,6 @@ class DtsAvro(Format):
         return {**self.__dict__, "_layouts": {}, "_recent": {}}
 
     # -- decoding ------------------------------------------------------------------------------------------
-
-    def decode(self, records: Sequence[Record]) -> Decoded:
-        # Format.decode's loop, giving each record's Source to its event directly.
-        out = Decoded()
-        events, failures, name = out.events, out.failures, self.name
-        decode_record = self.decode_record
-        for record in records:
-            try:
-                got = decode_record(record)
-            except Exception as exc:
-                failures.append(Failure(record, name, reason(exc)))
-                continue
-            if not got:
-                out.skipped += 1
-                continue
-            source = Source(name, record.topic, record.partition, record.offset)
-            for event in got:
-                event.source = source
-            events.extend(got)
-        return out
 
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         data = record.value

@@ -71,6 +71,7 @@ from cdclake.confluent import (
     registry_from,
     write_payload,
 )
+from cdclake.confluent import read_varint as _varint
 from cdclake.events import (
     DDL,
     DELETE,
@@ -82,10 +83,9 @@ from cdclake.events import (
     ChangeEvent,
     Checksum,
     Column,
-    Source,
     pad_position,
 )
-from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import DecodeError, Format, Option, reason
 from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED, RowCheck
 from cdclake.integrity.ticdc_checksum import (
     ChecksumInputError,
@@ -492,22 +492,6 @@ _CHECKSUM_FIELDS: Final = (
 _VARINT_END: Final = re.compile(rb"[\x80-\xff]{0,9}[\x00-\x7f]").match
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A multi-byte Avro varint (the one-byte case is inlined): its raw unsigned value and end."""
-    byte = data[pos]
-    result = byte & 0x7F
-    shift = 7
-    pos += 1
-    while byte >= 0x80:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-    if shift > 70:
-        raise ValueError("varint longer than 10 bytes")
-    return result, pos
-
-
 class _Emitter:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -791,32 +775,6 @@ class TicdcAvro(Format):
             columns = [Column(c.name, c.type, c.name in keys, c.nullable) for c in base]
             self._columns[(key_id, value_id)] = columns
         return columns
-
-    def decode(self, records: Sequence[Record]) -> Decoded:
-        # Format.decode's loop with decode_record inlined: one call less per record on the hot path.
-        out = Decoded()
-        events, failures = out.events, out.failures
-        name = self.name
-        decode_one = self._decode
-        fatal = self.fatal
-        for record in records:
-            try:
-                decoded, (status, why) = decode_one(record)
-                if status in (MISMATCH, CORRUPTED):
-                    self._corrupt(record, why)
-            except fatal:
-                raise
-            except Exception as exc:
-                failures.append(Failure(record, name, reason(exc)))
-                continue
-            if not decoded:
-                out.skipped += 1
-                continue
-            source = Source(name, record.topic, record.partition, record.offset)
-            for event in decoded:
-                event.source = source
-            events.extend(decoded)
-        return out
 
     def _corrupt(self, record: Record, why: str) -> None:
         mode = self.settings["corruption-handling"]

@@ -47,7 +47,7 @@ import os
 import re
 import struct
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -69,11 +69,10 @@ from cdclake.events import (
     UPDATE,
     ChangeEvent,
     Column,
-    Source,
     complete_before,
     pad_position,
 )
-from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import DecodeError, Format, Option
 from cdclake.records import Record
 
 VERSION: Final = 1
@@ -538,26 +537,6 @@ class TicdcOpen(Format):
             V.zone(self._zone)  # fail at start-up, not on the first TIMESTAMP
 
     # -- decoding ------------------------------------------------------------------------------------------
-
-    def decode(self, records: Sequence[Record]) -> Decoded:
-        # Format.decode's loop, giving each record's Source to its events directly.
-        out = Decoded()
-        events, failures, name = out.events, out.failures, self.name
-        decode_pair = self._decode_pair
-        for record in records:
-            try:
-                got = decode_pair(record.key, record.value, True)
-            except Exception as exc:
-                failures.append(Failure(record, name, reason(exc)))
-                continue
-            if not got:
-                out.skipped += 1
-                continue
-            source = Source(name, record.topic, record.partition, record.offset)
-            for event in got:
-                event.source = source
-            events.extend(got)
-        return out
 
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         return self._decode_pair(record.key, record.value, allow_claim_check=True)
