@@ -11,7 +11,6 @@ import pytest
 import snappy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.strategies import ALL_TYPES, canonical_value, columns_of, rows
 from typer.testing import CliRunner
 
 from cdclake import types as T
@@ -22,6 +21,7 @@ from cdclake.formats import create
 from cdclake.formats.canal_json import converter, ddl_type, java_type
 from cdclake.records import Record, read_file
 from cdclake.types import parse_type
+from tests.strategies import ALL_TYPES, canonical_value, columns_of, rows
 
 FLINK = ("flink/canal-data.txt", "flink/canal-data-filter-table.txt", "flink/canal-data-with-init.txt")
 

@@ -13,14 +13,14 @@ import fastavro
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import SPEC
-from tests.formats.test_debezium_json import change_events
-from tests.strategies import columns_of, rows
 
 from cdclake import confluent, formats
 from cdclake.events import ChangeEvent, Column, pad_position
 from cdclake.formats.debezium_avro import DebeziumAvro
 from cdclake.records import Record
+from tests.conftest import SPEC
+from tests.formats.test_debezium_json import change_events
+from tests.strategies import columns_of, rows
 
 
 def spec_vector() -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:

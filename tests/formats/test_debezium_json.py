@@ -12,12 +12,12 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.strategies import columns_of, rows
 
 from cdclake import formats
 from cdclake.events import ChangeEvent, Column, pad_position
 from cdclake.formats.debezium_json import DebeziumJson
 from cdclake.records import Record
+from tests.strategies import columns_of, rows
 
 SOURCE_FIELDS = [
     {"type": "string", "optional": False, "field": "version"},

@@ -8,7 +8,6 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.strategies import ALL_TYPES, columns_of, rows
 from typer.testing import CliRunner
 
 from cdclake import values as V
@@ -18,6 +17,7 @@ from cdclake.formats import create
 from cdclake.formats.shareplex_json import parse_key_columns
 from cdclake.records import Record
 from cdclake.types import parse_type
+from tests.strategies import ALL_TYPES, columns_of, rows
 
 # The seed's three examples (spec §6).
 INSERT = {

@@ -15,7 +15,6 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.strategies import ALL_TYPES, columns_of, rows
 from typer.testing import CliRunner
 
 from cdclake.cli import app
@@ -26,6 +25,7 @@ from cdclake.formats.ticdc_avro import CorruptionError, TicdcAvro, _read_referen
 from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
 from cdclake.records import Record, write_records
 from cdclake.types import parse_type
+from tests.strategies import ALL_TYPES, columns_of, rows
 
 # --- ticdc-avro.md §12 -----------------------------------------------------------------------------
 
