@@ -38,7 +38,7 @@ TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "ti
 def _data(root: Path, events: int, keys: int) -> workload.Generated:
     options = {"flavour": "tidb"}
     generated = workload.generate("canal-json", events=events, tables=1, seed=3, options=options, types=TYPES,
-                                  partitions=2, key_change_rate=0.0, max_txn_rows=1)
+                                  partitions=2, key_change_rate=0.0, max_txn_rows=1, ddl_rate=0.0)
     del keys  # the simulator keeps inserting new keys until about a third of the changes are updates/deletes
     workload.write_generated(root, generated)
     return generated
