@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from cdclake.spark.changelog import CHANGELOG_ARROW
+from cdclake.spark.changelog import AFTER_MAP, CHANGELOG_ARROW
 from cdclake.spark.planner import RowStep, plan
 
 pytestmark = pytest.mark.spark
@@ -62,7 +62,8 @@ def test_lake_types_agree_between_spark_casts_and_ddl_columns(spark):
     from cdclake.workload import ALL_TYPES
 
     columns = [Column(f"c{i}", t) for i, t in enumerate(ALL_TYPES)]
-    frame = changelog(spark, [row("c", 1, 0, 5)]).withColumn("_cdc_seq", F.lit("0"))
+    frame = (changelog(spark, [row("c", 1, 0, 5)]).withColumn("_cdc_seq", F.lit("0"))
+             .withColumn("after", F.from_json("after", AFTER_MAP)))
     schema = typed_changes(frame, columns).toArrow().schema
     for column in columns:
         assert schema.field(column.name).type == arrow_type(parse_type(column.type)), column.type
