@@ -524,7 +524,7 @@ def ranges(start: Offsets, end: Offsets) -> list[Range]:
 
 def _reader(settings: ClientSettings, errors: _LastError) -> Consumer:
     return _new(Consumer, settings, settings.config(
-        {**_client_defaults(errors), "group.id": "cdclake", "fetch.wait.max.ms": 100},
+        {**_client_defaults(errors), "group.id": "cdclake"},
         **{"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error"}))
 
 
