@@ -270,3 +270,43 @@ def test_produce_keeps_keys_headers_timestamps_and_order(broker):
         [(r.partition, r.key, r.value, r.timestamp, r.headers) for r in sorted(records, key=lambda r: r.partition)]
     with pytest.raises(K.KafkaSourceError, match=f"topic {topic} has 2 partitions, 3 are needed"):
         K.ensure_topics(broker.settings(), {topic: 3})
+
+
+def test_retrying_backs_off_on_transient_errors_only(caplog):
+    from confluent_kafka import KafkaError, KafkaException
+
+    s = K.ClientSettings("b:9092", {"sasl.password": SECRET}, retry_timeout_s=60)
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    answers = iter([KafkaException(KafkaError(KafkaError._TRANSPORT, f"refused ({SECRET})")),
+                    KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)), "ok"])
+
+    def call() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with caplog.at_level(logging.WARNING, logger="cdclake.kafka"):
+        assert K.retrying(s, "asking", call, sleep=sleep, clock=lambda: now[0]) == "ok"
+    assert sleeps == [0.5, 1.0]
+    assert caplog.text.count("Kafka at b:9092 unreachable while asking") == 2 and SECRET not in caplog.text
+
+    def denied() -> None:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed"))
+
+    with pytest.raises(K.KafkaSourceError, match="Kafka at b:9092: asking failed: not allowed"):
+        K.retrying(s, "asking", denied, sleep=sleep, clock=lambda: now[0])
+    assert sleeps == [0.5, 1.0]  # no retry for an error that will not pass
+
+    def down() -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "refused"))
+
+    with pytest.raises(K.KafkaUnavailable, match=r"unreachable for 6\ds while asking: refused; giving up"):
+        K.retrying(s, "asking", down, sleep=sleep, clock=lambda: now[0])
+    assert max(sleeps) == 10.0  # the backoff is capped

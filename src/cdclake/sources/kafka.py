@@ -365,8 +365,12 @@ class KafkaClient:
         def ask() -> list[TopicPartition]:
             # Offsets-for-times with -2/-1 is one ListOffsets request per broker for all partitions, and honours
             # the isolation level (latest = last stable offset under read_committed), like the reads do.
-            return self._client().offsets_for_times([TopicPartition(t, p, which) for t, p in partitions],
-                                                    timeout=self.settings.request_timeout())
+            found = self._client().offsets_for_times([TopicPartition(t, p, which) for t, p in partitions],
+                                                     timeout=self.settings.request_timeout())
+            for tp in found:
+                if tp.error is not None and _transient(tp.error):  # e.g. a leader moving: ask again
+                    raise KafkaException(tp.error)
+            return found
 
         found = retrying(self.settings, f"listing {label} offsets", ask)
         out: dict[tuple[str, int], int] = {}
