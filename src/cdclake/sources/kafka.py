@@ -15,6 +15,9 @@ planned to hold but the broker does not have (deleted by retention, a truncated 
 Client settings are librdkafka's (``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
 ``sasl.password``, ``ssl.ca.location`` …); a Java ``sasl.jaas.config`` with a username and password is
 translated. Secret values never appear in ``repr``, logs or error messages: :meth:`ClientSettings.redacted`.
+Reads keep librdkafka's ``isolation.level`` default, ``read_committed`` (records of aborted transactions are
+never read; Spark's own connector defaults to ``read_uncommitted``); latest offsets are asked under the same
+level, so a planned range never waits on an open transaction's records.
 """
 
 from __future__ import annotations
