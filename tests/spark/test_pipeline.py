@@ -234,3 +234,16 @@ def test_crash_at_any_point_of_a_batch_is_applied_exactly_once(tmp_path, point):
         assert rows[f"[{i}]"]["name"] == f"user {i} v{1 if i % 2 else 0}"
     dead = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table()
     assert dead.num_rows == 1  # the garbage record, recorded once although its batch ran twice
+
+
+def test_a_later_batch_with_shorter_values_keeps_the_wider_lake_type(spark, tmp_path):
+    # TiCDC's canal-json states no DECIMAL precision: each batch infers it from its values.
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 90_000)]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    write_records(tmp_path / "in" / "2.jsonl", records([change(INSERT, 20, 1)], start_offset=1))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert not any(b.stopped for b in summary.batches)
+    rows = lake_rows(str(tmp_path / "lake"), "shop", "users")
+    assert rows["[1]"]["balance"] == Decimal("100.1234")
+    assert rows["[90000]"]["balance"] == Decimal("9000000.1234")

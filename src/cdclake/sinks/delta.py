@@ -146,16 +146,25 @@ class DeltaSink:
                 "deleted": metrics.get("num_target_rows_deleted", 0)}
 
     def _keep_lake_types(self, uri: str, changes: pa.Table, nulls_only: set[str] | frozenset[str]) -> pa.Table:
-        """All-NULL columns take the lake column's type, whatever type their message stated for NULL."""
-        table = self._open(uri) if nulls_only else None
+        """Keep the lake column's type where it already holds the batch's values: all-NULL columns (their
+        message may state a stand-in type for NULL) and columns whose type this batch inferred narrower
+        (a DECIMAL without stated precision whose values happen to be short)."""
+        table = self._open(uri)
         if table is None:
             return changes
         existing = pa.schema(table.schema().to_arrow())
-        for name in nulls_only:
-            if name in existing.names and name in changes.column_names:
-                lake_type = existing.field(name).type
-                index = changes.schema.get_field_index(name)
-                changes = changes.set_column(index, pa.field(name, lake_type), pa.nulls(changes.num_rows, lake_type))
+        for index, field in enumerate(changes.schema):
+            if field.name not in existing.names or field.name.startswith("_cdc_"):
+                continue
+            lake_type = existing.field(field.name).type
+            if _same_type(field.type, lake_type):
+                continue
+            if field.name in nulls_only:
+                changes = changes.set_column(index, pa.field(field.name, lake_type),
+                                             pa.nulls(changes.num_rows, lake_type))
+            elif widens(field.type, lake_type):
+                changes = changes.set_column(index, pa.field(field.name, lake_type),
+                                             pc.cast(changes[field.name], lake_type))
         return changes
 
     def _ensure_table(self, uri: str, schema: pa.Schema) -> DeltaTable:
