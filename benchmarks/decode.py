@@ -58,20 +58,6 @@ GOALS: dict[tuple[str, str], int] = {
 PACKAGES = ("cdclake", "msgspec", "fastavro", "python-snappy", "lz4")
 
 
-def present() -> list[str]:
-    """Registered formats whose module exists (a registered format may still be being written)."""
-    names = []
-    for name in formats.names():
-        try:
-            formats.get(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and exc.name.startswith("cdclake.formats."):
-                continue
-            raise
-        names.append(name)
-    return names
-
-
 def workload(name: str, options: dict[str, str], events: int) -> tuple[Format, list[Any]]:
     """The format object and the records its encoder writes for ``events`` changes of the typical table."""
     profile = W.profile_for(name, options)
@@ -147,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="decode runs per format; the best counts")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS.name}")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.formats.split(",") if n.strip()] or present()
+    names = [n.strip() for n in args.formats.split(",") if n.strip()] or formats.names()
     unknown = sorted(set(names) - set(formats.names()))
     if unknown:
         parser.error(f"unknown format(s) {', '.join(unknown)}; known: {', '.join(formats.names())}")
