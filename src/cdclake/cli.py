@@ -132,6 +132,9 @@ def run(
     follow: Annotated[bool, typer.Option(help="Keep watching the input for new records.")] = False,
     max_records_per_batch: Annotated[int, typer.Option(help="At most this many records per batch (0: all).")] = 0,
     name: Annotated[str, typer.Option(help="Pipeline id (names checkpoints and commit markers).")] = "default",
+    consistency: Annotated[str, typer.Option(
+        help="none, or resolved-ts: apply only whole transactions, up to the smallest resolved ts of all "
+             "partitions (ticdc-open, TiCDC canal-json).")] = "none",
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary."""
     from cdclake import config as C
@@ -148,7 +151,7 @@ def run(
                                     max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
                                     topics=topic or [], topic_pattern=topic_pattern,
                                     starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
-                                    connector=connector)
+                                    connector=connector, consistency=consistency)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
                                    checkpoint=str(checkpoint) if checkpoint else None)
         cfg.validate()
@@ -158,6 +161,8 @@ def run(
 
     def show(report) -> None:  # noqa: ANN001 - a BatchReport; imported lazily with Spark
         stopped = f" STOPPED {report.stopped}" if report.stopped else ""
+        if report.consistent_ts is not None:
+            stopped += f", {report.held} held, consistent up to commit_ts {report.consistent_ts}"
         typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
                    f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
                    f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{stopped}",

@@ -18,6 +18,7 @@ format = "canal-json"
 input = "/data/in/orders"     # a directory of captured-records or message-per-line files
 max_records_per_batch = 500000
 options = { "timestamp-zone" = "Asia/Shanghai" }
+consistency = "none"          # or "resolved-ts" (ticdc-open, TiCDC canal-json): see below
 
 [[source]]                    # a Kafka source, instead of input
 name = "payments"
@@ -40,6 +41,12 @@ max_records_per_batch = 200000  # at most this many Kafka offsets per batch, sha
 ``kafka.*`` options; ``sasl.username``/``sasl.password`` become its JAAS config). Secret values are never printed.
 After a crash a Kafka source resumes at the offsets the lake says it has applied, whatever Spark's checkpoint
 holds: no gap and no duplicate. Without ``follow`` it stops once caught up with the end offsets seen at start.
+
+``consistency = "resolved-ts"`` (sources that send resolved timestamps: TiCDC Open Protocol, TiCDC Canal-JSON
+watermarks) applies only the changes whose commit ts is at or below the smallest resolved ts of all the
+source's partitions, so no table ever shows part of a transaction; later changes are held in the lake
+(``_cdclake/held``) until a later batch releases them, across restarts. Each table's
+``cdclake.consistentUpToCommitTs`` property and ``cdclake status`` say up to which commit ts it is consistent.
 """
 
 from __future__ import annotations
@@ -68,9 +75,16 @@ class SourceConfig:
     starting_offsets: str = "earliest"
     kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     connector: str = "cdclake"
+    consistency: str = "none"
 
     def validate(self) -> None:
         formats.create(self.format, self.options)  # unknown format or option → a clear ValueError
+        if self.consistency not in CONSISTENCY:
+            raise ValueError(f"source {self.name}: consistency must be one of {', '.join(CONSISTENCY)}, "
+                             f"not {self.consistency!r}")
+        if self.consistency == "resolved-ts" and self.format not in RESOLVED_TS_FORMATS:
+            raise ValueError(f"source {self.name}: consistency = \"resolved-ts\" needs a format that sends "
+                             f"resolved timestamps ({', '.join(RESOLVED_TS_FORMATS)}), not {self.format}")
         if self.input is not None and not os.path.exists(self.input):
             raise ValueError(f"source {self.name}: input {self.input!r} does not exist")
         self._validate_kafka()
@@ -96,6 +110,8 @@ class SourceConfig:
 
 
 CONNECTORS = ("cdclake", "spark")
+CONSISTENCY = ("none", "resolved-ts")
+RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
 
 
 @dataclass
@@ -128,7 +144,7 @@ class PipelineConfig:
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
         "storage"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
-           "starting_offsets", "kafka_options", "connector"}
+           "starting_offsets", "kafka_options", "connector", "consistency"}
 
 
 def _text(value: Any) -> str:
@@ -174,7 +190,8 @@ def load(path: str) -> PipelineConfig:
         sources.append(SourceConfig(
             format=raw["format"], input=raw.get("input"), name=raw.get("name", f"source{index + 1}"),
             options={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in raw.get("options", {}).items()},
-            max_records_per_batch=int(raw.get("max_records_per_batch", 0)), **_kafka_fields(raw)))
+            max_records_per_batch=int(raw.get("max_records_per_batch", 0)),
+            consistency=str(raw.get("consistency", "none")), **_kafka_fields(raw)))
     spark = data.get("spark", {})
     return PipelineConfig(
         lake=data["lake"], sources=sources, name=data.get("name", "default"), checkpoint=data.get("checkpoint"),

@@ -53,6 +53,8 @@ class BatchReport:
     updated: int = 0
     deleted: int = 0
     dead_letters: int = 0
+    held: int = 0  # consistency = "resolved-ts": changes waiting for every partition's resolved ts
+    consistent_ts: int | None = None
     seconds: float = 0.0
     stopped: dict[str, str] = field(default_factory=dict)
 
@@ -72,23 +74,35 @@ class BatchApplier:
     """Applies one micro-batch of records of one source: the body of ``foreachBatch``."""
 
     def __init__(self, spark: SparkSession, source: SourceConfig, sink: DeltaSink, base_version: int,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, partitions: list[tuple[str, int]] | None = None) -> None:
         self.spark, self.source, self.sink = spark, source, sink
         self.base_version = base_version
         self.progress = progress
         self.stopped: dict[str, str] = {}
         self.partition_ts: dict[str, int] = {}
+        # consistency = "resolved-ts": the source's partitions, the latest resolved ts of each, the snapshot of
+        # held changes the next batch starts from, and the commit ts the tables are consistent up to.
+        self.partitions = {f"{t}:{p}" for t, p in partitions or ()}
+        self.resolved_ts: dict[str, int] = {}
+        self.held_batch: int | None = None
+        self.consistent_ts = 0
+        self.written: set[tuple[str, str]] = set()
         self._resume()
         self.summary = RunSummary()
 
     def _resume(self) -> None:
-        """Stopped tables and each partition's latest commit ts, as the last applied batch left them."""
+        """Stopped tables, each partition's latest commit ts and resolved ts, and the held changes, as the
+        last applied batch left them."""
         state = self.sink.last_progress()
         if state is None:
             return
         tables = json.loads(state["tables"] or "{}")
         self.stopped = {name: t["stopped"] for name, t in tables.items() if t.get("stopped")}
         self.partition_ts = json.loads(state.get("partition_ts") or "{}")
+        self.resolved_ts = json.loads(state.get("resolved_ts") or "{}")
+        self.held_batch = state.get("held_batch")
+        self.consistent_ts = state.get("consistent_ts") or 0
+        self.written = self.sink.written_tables()
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -96,7 +110,11 @@ class BatchApplier:
         report = BatchReport(self.source.name, batch)
         records = records.persist()
         log = CL.decode(records, self.source.format, self.source.options).persist()
+        raw = records.select("topic", "partition", "offset", "key", "value")
+        held: DataFrame | None = None
         try:
+            if self.source.consistency == "resolved-ts":
+                log, held, raw = self._release(records, log, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
@@ -122,9 +140,11 @@ class BatchApplier:
                     self.stopped[label] = str(exc)
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
+            if held is not None:
+                self._publish_consistency(plan.table_order, report.consistent_ts, batch)
             dead = plan.dead_letters
             if stopped_now:
-                dead = dead.unionByName(self._stopped_records(records, log, stopped_now))
+                dead = dead.unionByName(self._stopped_records(raw, log, stopped_now))
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
@@ -139,14 +159,65 @@ class BatchApplier:
                            for (d, t), seq in plan.last_seq.items()},
                 "offsets": _max_offsets(records),
                 "partition_ts": plan.partition_ts,
+                "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
+                "held_batch": batch if report.held else None, "held": report.held,
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
+            if held is not None:
+                self.held_batch = batch if report.held else None
+                self.consistent_ts = report.consistent_ts or 0
+                self.sink.forget_held(batch)
             failpoint("before-checkpoint")
         finally:
             log.unpersist()
+            if held is not None:
+                held.unpersist()
             records.unpersist()
         self.summary.batches.append(report)
         if self.progress:
             self.progress(report)
+
+    def _release(self, records: DataFrame, log: DataFrame, raw: DataFrame, batch: int,
+                 report: BatchReport) -> tuple[DataFrame, DataFrame, DataFrame]:
+        """consistency = "resolved-ts": this batch's changes and those held before, split at the smallest
+        resolved ts over the source's partitions. Changes up to it are complete transactions (a partition's
+        resolved ts promises that nothing at or below it is still to come there) and go on to the planner;
+        the later ones are held in the lake, with their raw record, until a batch's watermark passes them.
+        Returns the changelog to plan, the held changes, and the raw records behind both."""
+        resolved = (log.filter((F.col("status") == "event") & (F.col("kind") == "resolved"))
+                    .groupBy("topic", "partition").agg(F.max("commit_ts").alias("ts")).collect())
+        for r in resolved:
+            coords = f"{r['topic']}:{r['partition']}"
+            self.resolved_ts[coords] = max(self.resolved_ts.get(coords, 0), r["ts"] or 0)
+        seen = {f"{r['topic']}:{r['partition']}" for r in records.select("topic", "partition").distinct().collect()}
+        self.partitions |= seen | set(self.resolved_ts)
+        watermark = min((self.resolved_ts.get(p, 0) for p in self.partitions), default=0)
+        report.consistent_ts = max(watermark, self.consistent_ts)
+        earlier = self.sink.held(self.held_batch)
+        combined = log
+        if earlier is not None and earlier.num_rows:
+            before = self.spark.createDataFrame(earlier.select(log.columns).cast(CL.CHANGELOG_ARROW), schema=log.schema)
+            combined = log.unionByName(before)
+            raw = raw.unionByName(before.select("topic", "partition", "offset", F.col("raw_key").alias("key"),
+                                                F.col("raw_value").alias("value"))
+                                  .dropDuplicates(["topic", "partition", "offset"]))
+        waiting = F.coalesce((F.col("status") == "event") & (F.col("kind") != "resolved")
+                             & (F.col("commit_ts") > F.lit(report.consistent_ts)), F.lit(False))
+        later = combined.filter(waiting).drop("raw_key", "raw_value").join(
+            raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
+            ["topic", "partition", "offset"], "left").select(*log.columns).persist()
+        held_rows = later.toArrow()
+        report.held = held_rows.num_rows
+        self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
+        return combined.filter(~waiting), later, raw
+
+    def _publish_consistency(self, tables: list[tuple[str, str]], commit_ts: int | None, batch: int) -> None:
+        """Every table of the source now holds every change up to the watermark: say so on each."""
+        self.written |= set(tables)
+        if not commit_ts:
+            return
+        for database, table in sorted(self.written):
+            if f"{database}.{table}" not in self.stopped:
+                self.sink.publish_consistency(database, table, commit_ts, batch * STEPS_PER_BATCH + 997)
 
     def _apply_step(self, name: tuple[str, str], step: planner.Step, version: int, report: BatchReport,
                     tombstones: list[pa.Table]) -> None:
@@ -222,11 +293,20 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
         sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,
                          config.tombstone_retention_hours)
         checkpoint = os.path.join(config.checkpoint_dir(), source.name)
-        applier = BatchApplier(spark, source, sink, _base_version(checkpoint, sink), progress)
+        partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
+        applier = BatchApplier(spark, source, sink, _base_version(checkpoint, sink), progress, partitions)
         _run_query(spark, source, config, checkpoint, applier)
         summary.batches.extend(applier.summary.batches)
         sink.expire_tombstones()
     return summary
+
+
+def _source_partitions(source: SourceConfig) -> list[tuple[str, int]]:
+    """The partitions a resolved-ts watermark must hear from: all that exist at start (more join when seen)."""
+    if source.kafka is not None:
+        with kafka.KafkaClient(kafka.ClientSettings(source.kafka, source.kafka_options)) as client:
+            return client.partitions(kafka.Subscription.of(source.topics, source.topic_pattern))
+    return files.partitions(source.input or "")
 
 
 def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,

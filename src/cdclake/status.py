@@ -11,6 +11,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from cdclake.sinks.delta import CONSISTENT_UP_TO
+
 
 def _open(uri: str) -> DeltaTable | None:
     try:
@@ -28,6 +30,9 @@ def collect(lake: str) -> dict[str, Any]:
             dt = _open(os.path.join(lake, database, table))
             if dt is not None:
                 tables[f"{database}.{table}"] = {"rows": dt.to_pyarrow_dataset().count_rows()}
+                consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
+                if consistent is not None:
+                    tables[f"{database}.{table}"]["consistent_ts"] = int(consistent)
     progress = _open(os.path.join(lake, "_cdclake", "progress"))
     if progress is not None:
         log = progress.to_pyarrow_table(columns=["finished_at", "tables"]).sort_by("finished_at").to_pylist()
@@ -57,6 +62,8 @@ def render(state: dict[str, Any]) -> str:
     lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':30} last batch"]
     for name, info in state["tables"].items():
         flag = f"  STOPPED: {info['stopped']}" if info.get("stopped") else ""
+        if info.get("consistent_ts") is not None:
+            flag += f"  consistent up to commit_ts {info['consistent_ts']}"
         lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
                      f"{(info.get('position') or '-')[:30]:30} {info.get('last_batch_at') or '-'}{flag}")
     if not state["tables"]:

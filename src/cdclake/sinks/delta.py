@@ -9,7 +9,11 @@ Lake layout (a contract):
   coordinates, format and reason.
 - ``<lake>/_cdclake/tombstones``: the keys deleted recently and the sequence of their delete, so that a
   late, older insert or update cannot bring a row back; kept for ``tombstone_retention_hours``.
-- ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table).
+- ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table,
+  resolved ts per partition and the commit ts the tables are consistent up to).
+- ``<lake>/_cdclake/held``: with ``consistency = "resolved-ts"``, the decoded changes a batch held back
+  because their transaction may not be complete yet (one snapshot per batch; the progress row names the
+  snapshot the next batch starts from).
 
 Every commit carries a Delta app-transaction marker (app id ``cdclake:<pipeline>``, version = batch
 version × 1000 + step), so a batch replayed after a crash skips the steps it had already committed.
@@ -51,8 +55,10 @@ PROGRESS = pa.schema([
     ("records", pa.int64()), ("events", pa.int64()), ("failed", pa.int64()), ("skipped", pa.int64()),
     ("inserted", pa.int64()), ("updated", pa.int64()), ("deleted", pa.int64()),
     ("tables", pa.string()), ("offsets", pa.string()), ("duration_s", pa.float64()),
-    ("partition_ts", pa.string()),
+    ("partition_ts", pa.string()), ("resolved_ts", pa.string()), ("consistent_ts", pa.int64()),
+    ("held_batch", pa.int64()), ("held", pa.int64()),
 ])
+CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 
 
 class TableStopped(Exception):
@@ -118,6 +124,19 @@ class DeltaSink:
         if rows.num_rows == 0:
             return None
         return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
+
+    def written_tables(self) -> set[tuple[str, str]]:
+        """Every table this pipeline's batches have changed, by its progress rows."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return set()
+        rows = read_table(table, ["pipeline", "tables"])
+        found: set[tuple[str, str]] = set()
+        for text in rows.filter(pc.equal(rows["pipeline"], self.pipeline))["tables"].to_pylist():
+            for name in json.loads(text or "{}"):
+                database, _, table_name = name.partition(".")
+                found.add((database, table_name))
+        return found
 
     # -- rows ------------------------------------------------------------------------------------------
     def apply_rows(self, database: str, table: str, changes: pa.Table, version: int,
@@ -312,10 +331,50 @@ class DeltaSink:
         row = {name: [progress.get(name)] for name in PROGRESS.names}
         row["pipeline"] = [self.pipeline]
         row["finished_at"] = [_now()]
-        for name in ("tables", "offsets", "partition_ts"):
+        for name in ("tables", "offsets", "partition_ts", "resolved_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
-        write_deltalake(uri, pa.Table.from_pydict(row, schema=PROGRESS), mode="append",
+        # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
+        write_deltalake(uri, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
+
+    # -- changes held for a later batch (consistency = "resolved-ts") -----------------------------------
+    def hold(self, rows: pa.Table, batch: int, version: int) -> None:
+        """Keep this batch's held changes as snapshot ``batch`` (the changelog rows, as decoded)."""
+        uri = self.internal_uri("held")
+        if rows.num_rows == 0 or self.done(uri, version):
+            return
+        rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
+        rows = rows.append_column("held_batch", pa.array([batch] * rows.num_rows, pa.int64()))
+        write_deltalake(uri, rows, mode="append", schema_mode="merge", storage_options=self.storage_options,
+                        commit_properties=self._commit(version))
+
+    def held(self, batch: int | None) -> pa.Table | None:
+        """The changes snapshot ``batch`` held (None: nothing was held)."""
+        table = self._open(self.internal_uri("held"))
+        if batch is None or table is None:
+            return None
+        rows = read_table(table)
+        rows = rows.filter(pc.and_(pc.equal(rows["pipeline"], self.pipeline), pc.equal(rows["held_batch"], batch)))
+        return rows.drop_columns(["pipeline", "held_batch"])
+
+    def forget_held(self, before: int) -> None:
+        """Drop snapshots older than ``before``: the progress row of a later batch has superseded them."""
+        table = self._open(self.internal_uri("held"))
+        if table is not None:
+            table.delete(f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}")
+
+    def publish_consistency(self, database: str, table: str, commit_ts: int, version: int) -> bool:
+        """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""
+        uri = self.table_uri(database, table)
+        current = self._open(uri)
+        if current is None or self.done(uri, version):
+            return False
+        published = current.metadata().configuration.get(CONSISTENT_UP_TO)
+        if published is not None and int(published) >= commit_ts:
+            return False
+        current.alter.set_table_properties({CONSISTENT_UP_TO: str(commit_ts)}, raise_if_not_exists=False,
+                                           commit_properties=self._commit(version))
+        return True
 
     def tables(self) -> list[tuple[str, str]]:
         """The source tables present in the lake."""

@@ -91,6 +91,26 @@ def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
     return end, segments
 
 
+def partitions(path: str) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs a directory holds, from the first record of each file: captured-records
+    files name theirs; a message-per-line file is a partition of its own (topic = file name, partition 0)."""
+    found: set[tuple[str, int]] = set()
+    for name in list_files(path):
+        with open(name, "rb") as handle:
+            first = next((line.rstrip(b"\r\n") for line in handle if line.strip()), None)
+        if first is None:
+            continue
+        if is_captured_line(first):
+            try:
+                record = parse_captured_line(first)
+            except RecordFileError:
+                continue
+            found.add((record.topic, record.partition))
+        else:
+            found.add((Path(name).name, 0))
+    return sorted(found)
+
+
 def read_segment(name: str, first: int, stop: int, complete_only: bool = False) -> Iterator[pa.RecordBatch]:
     with open(name, "rb") as handle:
         lines = _lines(handle.read(), complete_only)[first:stop]
