@@ -9,6 +9,9 @@ up to the commit ts the batch published."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,26 @@ def test_resolved_ts_needs_a_format_that_sends_resolved_timestamps(tmp_path):
         source.validate()
     with pytest.raises(ValueError, match="consistency must be one of"):
         SourceConfig(format="ticdc-open", input=str(tmp_path), consistency="eventual").validate()
+
+
+@pytest.mark.parametrize("point", ["before-merge", "after-merge", "before-checkpoint"])
+def test_crash_with_held_changes_is_applied_exactly_once(tmp_path, point):
+    changes, records, states = _simulate("ticdc-open", {}, seed=3)
+    data, lake = tmp_path / "data", tmp_path / "lake"
+    _write_uneven(records, data)
+    command = [sys.executable, "-m", "cdclake", "run", "--format", "ticdc-open", "--input", str(data),
+               "--lake", str(lake), "--max-records-per-batch", "19", "--consistency", "resolved-ts"]
+    crashed = subprocess.run(command, env={**os.environ, "CDCLAKE_FAILPOINT": point}, capture_output=True,
+                             timeout=600, check=False)
+    assert crashed.returncode == 86, crashed.stderr.decode()[-2000:]
+    assert DeltaTable.is_deltatable(str(lake / "_cdclake" / "held")), "the crash came with changes held"
+    finished = subprocess.run(command, capture_output=True, timeout=600, check=False)
+    assert finished.returncode == 0, finished.stderr.decode()[-2000:]
+    last_ts = max(e.commit_ts or 0 for e in changes)
+    final = differences(str(lake), *_state_at(states, last_ts))
+    assert not final, "\n".join(final)
+    progress = sorted(DeltaTable(str(lake / "_cdclake" / "progress")).to_pyarrow_table().to_pylist(),
+                      key=lambda p: p["batch"])
+    assert len({p["batch"] for p in progress}) == len(progress)
+    assert sum(p["records"] for p in progress) == len(records)  # every record counted once
+    assert progress[-1]["held"] == 0 and progress[-1]["consistent_ts"] == last_ts
