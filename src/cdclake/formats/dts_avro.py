@@ -268,6 +268,24 @@ class _Layout:
         return columns
 
 
+class _Tail:
+    """What a record holds between objectName and its images (processTimestamps, tags, fields), read once:
+    the records of one table repeat these bytes. Key columns, names and columns are filled in on first
+    use by a row (only rows need them, and working them out can fail)."""
+
+    __slots__ = ("columns", "keys", "layout", "object_name", "pk_uk_info", "rest", "where")
+
+    def __init__(self, rest: bytes, object_name: str | None, pk_uk_info: bytes | None,
+                 layout: _Layout | None) -> None:
+        self.rest = rest
+        self.object_name = object_name
+        self.pk_uk_info = pk_uk_info
+        self.layout = layout
+        self.keys: tuple[str, ...] | None = None
+        self.where: tuple[str | None, str | None] | None = None
+        self.columns: list[Column] | None = None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Value rendering
 
@@ -465,11 +483,14 @@ class DtsAvro(Format):
         self._recent: dict[tuple[str | None, int], tuple[bytes, _Layout]] = {}
         self._keys: dict[bytes, tuple[str, ...]] = {}
         self._codecs: dict[bytes, str | None] = {}
+        self._tails: dict[tuple[int, bytes | None], _Tail] = {}
+        # The last sourceTimestamp read, as (varint bytes, value); b"\x00" is the varint of 0.
+        self._timestamp: tuple[bytes, int] = (b"\x00", 0)
         self._warned_trailing = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Layouts hold compiled readers, which do not pickle; executors rebuild them from the data.
-        return {**self.__dict__, "_layouts": {}, "_recent": {}}
+        return {**self.__dict__, "_layouts": {}, "_recent": {}, "_tails": {}}
 
     # -- decoding ------------------------------------------------------------------------------------------
 
@@ -493,7 +514,15 @@ class DtsAvro(Format):
         size = len(data)
         pos = 1 if data[0] < 0x80 else _varint(data, 0)[1]  # version
         record_id, pos = _varint(data, pos)
-        source_timestamp, pos = _varint(data, pos)
+        # Records come in bursts of one second: a varint is self-delimiting, so bytes equal to the last
+        # timestamp's are that timestamp.
+        seen, source_timestamp = self._timestamp
+        if data.startswith(seen, pos):
+            pos += len(seen)
+        else:
+            start = pos
+            source_timestamp, pos = _varint(data, pos)
+            self._timestamp = (data[start:pos], source_timestamp)
         c = data[pos]
         if c < 0x80 and not c & 1:
             end = pos + 1 + (c >> 1)
@@ -522,14 +551,56 @@ class DtsAvro(Format):
         if not 0 <= operation < len(OPERATIONS):
             raise DecodeError(f"unknown operation index {operation} (known: 0..{len(OPERATIONS) - 1})")
         branch = data[pos]
-        pos += 1
         if branch == 2:
-            raw, pos = _bytes(data, pos)
-            object_name: str | None = raw.decode("utf-8")
+            c = data[pos + 1]
+            if c < 0x80 and not c & 1:
+                end = pos + 2 + (c >> 1)
+                if end > size:
+                    raise _Truncated
+                name: bytes | None = data[pos + 2:end]
+                pos = end
+            else:
+                name, pos = _bytes(data, pos + 1)
         elif branch == 0:
-            object_name = None
+            name = None
+            pos += 1
         else:
-            raise DecodeError(f"objectName: union branch {_varint(data, pos - 1)[0]} of [null, string]")
+            raise DecodeError(f"objectName: union branch {_varint(data, pos)[0]} of [null, string]")
+        # A table's records repeat everything from processTimestamps to the fields list: read it once.
+        tail = self._tails.get((source_type, name))
+        if tail is not None and data.startswith(tail.rest, pos):
+            pos += len(tail.rest)
+        else:
+            tail, pos = self._tail(data, pos, name, source_type)
+        layout = tail.layout
+        types = [] if layout is None else list(layout.types)
+        if data[pos] == 0:
+            before, pos = None, pos + 1
+        else:
+            before, pos = self._image(data, pos, "beforeImages", layout, types)
+        if data[pos] == 0:
+            after, pos = None, pos + 1
+        else:
+            after, pos = self._image(data, pos, "afterImages", layout, types)
+        if pos < size:
+            seen = self._timestamp[0]  # bornTimestamp (revision R2), mostly the sourceTimestamp
+            pos = pos + len(seen) if data.startswith(seen, pos) else _varint(data, pos)[1]
+            if pos < size and not self._warned_trailing:
+                self._warned_trailing = True
+                log.warning("dts-avro: %d unknown trailing bytes after bornTimestamp (a newer schema revision?); "
+                            "ignored", size - pos)
+        if operation == _OP_DDL:
+            header = _Header(record_id, source_timestamp, source_position, source_type, operation,
+                             tail.object_name, tail.pk_uk_info)
+            return [self._ddl(header, after)]
+        op = _ROW_OPS.get(operation)
+        if op is None:
+            return []  # BEGIN, COMMIT, HEARTBEAT, NOOP, …: no change
+        return [self._row(tail, op, operation, types, before, after, record_id, source_timestamp, source_position)]
+
+    def _tail(self, data: bytes, pos: int, name: bytes | None, source_type: int) -> tuple[_Tail, int]:
+        """Read processTimestamps, tags and fields (after objectName ``name``), and remember them."""
+        start = pos
         branch = data[pos]  # processTimestamps
         pos += 1
         if branch == 2:
@@ -561,26 +632,15 @@ class DtsAvro(Format):
                     _, pos = _bytes(data, pos)
             c = data[pos]
             n, pos = ((c >> 1), pos + 1) if c < 0x80 and not c & 1 else _block_count(data, pos)
-        if pos > size:
+        if pos > len(data):
             raise _Truncated
+        object_name = None if name is None else name.decode("utf-8")
         layout, pos = self._fields(data, pos, object_name, source_type)
-        types = [] if layout is None else list(layout.types)
-        before, pos = self._image(data, pos, "beforeImages", layout, types)
-        after, pos = self._image(data, pos, "afterImages", layout, types)
-        if pos < len(data):
-            _, pos = _varint(data, pos)  # bornTimestamp (revision R2)
-            if pos < len(data) and not self._warned_trailing:
-                self._warned_trailing = True
-                log.warning("dts-avro: %d unknown trailing bytes after bornTimestamp (a newer schema revision?); "
-                            "ignored", len(data) - pos)
-        header = _Header(record_id, source_timestamp, source_position, source_type, operation, object_name,
-                         pk_uk_info)
-        if operation == _OP_DDL:
-            return [self._ddl(header, after)]
-        op = _ROW_OPS.get(operation)
-        if op is None:
-            return []  # BEGIN, COMMIT, HEARTBEAT, NOOP, …: no change
-        return [self._row(header, op, layout, types, before, after)]
+        tail = _Tail(data[start:pos], object_name, pk_uk_info, layout)
+        if len(self._tails) >= 4096:  # names come from the data: keep the cache bounded
+            self._tails.clear()
+        self._tails[(source_type, name)] = tail
+        return tail, pos
 
     def _fields(self, data: bytes, pos: int, object_name: str | None,
                 source_type: int) -> tuple[_Layout | None, int]:
@@ -783,13 +843,14 @@ class DtsAvro(Format):
             raise DecodeError(f"unknown value union branch {branch} (known: 0..12)")
         return value, pos
 
-    def _row(self, header: _Header, op: str, layout: _Layout | None, types: list[str],
-             before: dict[str, Any] | str | None, after: dict[str, Any] | str | None) -> ChangeEvent:
-        operation = OPERATIONS[header.operation]
+    def _row(self, tail: _Tail, op: str, operation: int, types: list[str], before: dict[str, Any] | str | None,
+             after: dict[str, Any] | str | None, record_id: int, source_timestamp: int,
+             source_position: str) -> ChangeEvent:
+        layout = tail.layout
         if layout is None:
-            raise DecodeError(f"{operation} record without fields")
-        if isinstance(before, str) or isinstance(after, str):
-            raise DecodeError(f"{operation} record with an image given as a string")
+            raise DecodeError(f"{OPERATIONS[operation]} record without fields")
+        if type(before) is str or type(after) is str:
+            raise DecodeError(f"{OPERATIONS[operation]} record with an image given as a string")
         if op == DELETE:
             if before is None:
                 raise DecodeError("DELETE record without beforeImages")
@@ -805,19 +866,30 @@ class DtsAvro(Format):
                 before = complete_before(after, before)
         else:
             if after is None:
-                raise DecodeError(f"{operation} record without afterImages")
+                raise DecodeError(f"{OPERATIONS[operation]} record without afterImages")
             before = None
-        keys = self._key_names(header.pk_uk_info, layout.names)
+        keys = tail.keys
+        if keys is None:
+            keys = tail.keys = self._key_names(tail.pk_uk_info, layout.names)
         image = after if after is not None else before
         if len(keys) == 1 and keys[0] in image:
             key: dict[str, Any] | None = {keys[0]: image[keys[0]]}
         else:
             key = {name: image[name] for name in keys if name in image} if keys else None
-        database, table = _object_name(header.object_name)
-        commit_ms = header.source_timestamp * 1000
-        return ChangeEvent(kind=ROW, op=op, database=database, table=table, key=key or None, before=before,
-                           after=after, columns=layout.column_list(types, keys), commit_ts=commit_ms,
-                           position=_position(header.source_position, header.id), ts_ms=commit_ms)
+        where = tail.where
+        if where is None:
+            where = tail.where = _object_name(tail.object_name)
+        # Most records leave the fields' types as they are; their column list is the tail's.
+        if types == layout.types:
+            columns = tail.columns
+            if columns is None:
+                columns = tail.columns = layout.column_list(types, keys)
+        else:
+            columns = layout.column_list(types, keys)
+        commit_ms = source_timestamp * 1000
+        return ChangeEvent(kind=ROW, op=op, database=where[0], table=where[1], key=key or None, before=before,
+                           after=after, columns=columns, commit_ts=commit_ms,
+                           position=_position(source_position, record_id), ts_ms=commit_ms)
 
     def _ddl(self, header: _Header, after: dict[str, Any] | str | None) -> ChangeEvent:
         if not isinstance(after, str):
@@ -907,7 +979,9 @@ def _zigzag(n: int) -> bytes:
     return bytes(out)
 
 
-# Inline reads of the common one-byte cases; ``{v}`` names the target variable.
+# Inline reads of the common one-byte cases; ``{v}`` names the target variable. The readers leave out bounds
+# checks: a slice past the end is short but a later index past the end raises, and every reader ends by
+# indexing the byte after the image, so a truncated image always fails (and the generic reader says so).
 _READ_LONG = """\
 c = data[pos]
 if c < 0x80:
@@ -924,78 +998,120 @@ _READ_BYTES = """\
 c = data[pos]
 if c < 0x80 and not c & 1:
     end = pos + 1 + (c >> 1)
-    if end > size:
-        raise _Truncated
     {v} = data[pos + 1:end]
     pos = end
 else:
     {v}, pos = _bytes(data, pos)"""
 
 
+def _byte_class(values: range) -> bytes:
+    return b"[" + re.escape(bytes(values)) + b"]"
+
+
+# A DateTime (branch 12) whose year takes two varint bytes (years 64..8191) and whose other components are
+# present, one byte each and not negative: month to second (DATETIME), month and day only (DATE). Matched
+# in C, so that reading the value needs no loop over the components.
+_YEAR_2: Final = b"\x0c\x02" + _byte_class(range(0x80, 0x100, 2)) + b"[\x00-\x7f]"
+_PART_1: Final = b"\x02" + _byte_class(range(0, 0x80, 2))
+_plain_datetime: Final = re.compile(_YEAR_2 + _PART_1 * 5 + b"\x00", re.DOTALL).match
+_plain_date: Final = re.compile(_YEAR_2 + _PART_1 * 2 + b"\x00\x00\x00\x00", re.DOTALL).match
+# Two-digit text of a component by its (even, one-byte) zig-zag varint: %-formatting costs several times more.
+_TWO_DIGITS: Final = tuple(f"{b >> 1:02d}" for b in range(0x80))
+
+
 def _column_code(index: int, field: _Field) -> list[str]:
-    """The lines that read column ``index`` into ``row`` (after its branch byte ``b`` was read)."""
-    name = repr(field.name)
+    """The lines that read column ``index`` (from its branch byte at ``pos``) into ``v<index>``."""
+    v = f"v{index}"
     family = field.family
-    set_row = f"row[{name}] = "
+    # (condition on the branch byte ``b`` and what follows it, body reading from the branch byte)
     if family in (T.INTEGER, T.BIT):
-        branch, body = _B_INTEGER, [_SKIP_LONG, _READ_BYTES.format(v="raw"), f"{set_row}int(raw)"]
-    elif family in (T.TEXT, T.BINARY) and field.code in (249, 250, 251, 252):
-        branch, body = _B_BINARY_OBJECT, [
-            _READ_BYTES.format(v="kind"), _READ_BYTES.format(v="raw"),
-            "if kind == b'TEXT':", f"    {set_row}raw.decode('utf-8')",
-            "elif kind == b'BLOB':", f"    {set_row}_b64(raw).decode('ascii')",
-            f"    types[{index}] = {field.binary_type!r}",
-            "else:", "    return None"]
-    elif family in (T.TEXT, T.BINARY) and field.code in (15, 253, 254):
-        branch, body = _B_CHARACTER, [
-            _READ_BYTES.format(v="charset"), _READ_BYTES.format(v="raw"),
-            "codec = codecs_get(charset)",
-            "if codec:", f"    {set_row}raw.decode(codec)",
-            "elif charset == b'binary':", f"    {set_row}_b64(raw).decode('ascii')",
-            f"    types[{index}] = {field.binary_type!r}",
-            "else:", "    return None"]
-    elif family == T.DECIMAL:
-        branch, body = _B_DECIMAL, [
-            _READ_BYTES.format(v="raw"), _READ_LONG.format(v="precision"), _READ_LONG.format(v="scale"),
-            f"{set_row}_decimal(raw.decode('ascii'), scale)", f"types[{index}] = _decimal_type(precision, scale)"]
+        # precision and digit count in one byte each: nearly every integer
+        test = "b == 2 and data[pos + 1] < 0x80 and (c := data[pos + 2]) < 0x80 and not c & 1"
+        body = ["end = pos + 3 + (c >> 1)", f"{v} = int(data[pos + 3:end])", "pos = end"]
     elif family in (T.FLOAT, T.DOUBLE):
-        branch, body = _B_FLOAT, [
-            "if pos + 8 > size:", "    raise _Truncated", f"{set_row}_unpack_double(data, pos)[0]", "pos += 8",
-            _SKIP_LONG, _SKIP_LONG]
+        test = "b == 8 and data[pos + 9] < 0x80 and data[pos + 10] < 0x80"  # one-byte precision and scale
+        body = [f"{v} = _unpack_double(data, pos + 1)[0]", "pos += 11"]
+    elif family in (T.TEXT, T.BINARY) and field.code in (249, 250, 251, 252):
+        test = "b == 20"
+        body = ["pos += 1", _READ_BYTES.format(v="kind"), _READ_BYTES.format(v="raw"),
+                "if kind == b'TEXT':", f"    {v} = raw.decode('utf-8')",
+                "elif kind == b'BLOB':", f"    {v} = _b64(raw).decode('ascii')",
+                f"    types[{index}] = {field.binary_type!r}",
+                "else:", "    return None"]
+    elif family in (T.TEXT, T.BINARY) and field.code in (15, 253, 254):
+        test = "b == 4"
+        body = ["pos += 1", _READ_BYTES.format(v="charset"), _READ_BYTES.format(v="raw"),
+                "codec = codecs_get(charset)",
+                "if codec:", f"    {v} = raw.decode(codec)",
+                "elif charset == b'binary':", f"    {v} = _b64(raw).decode('ascii')",
+                f"    types[{index}] = {field.binary_type!r}",
+                "else:", "    return None"]
+    elif family == T.DECIMAL:
+        test = "b == 6"
+        body = ["pos += 1", _READ_BYTES.format(v="raw"), _READ_LONG.format(v="precision"),
+                _READ_LONG.format(v="scale"), f"{v} = _decimal(raw.decode('ascii'), scale)",
+                f"types[{index}] = _decimal_type(precision, scale)"]
+    elif family in (T.DATETIME, T.DATE) and field.temporal in (_DATETIME, _DATE):
+        # The common DateTime, whole components matched at once (see _PLAIN_DATETIME); anything else takes
+        # the general path below, which gives the same text.
+        if field.temporal == _DATETIME:
+            test = "b == 12 and _plain_datetime(data, pos) is not None"
+            body = ["y = ((data[pos + 2] & 0x7F) | data[pos + 3] << 7) >> 1",
+                    f"{v} = f'{{y:04d}}-{{_two[data[pos + 5]]}}-{{_two[data[pos + 7]]}} {{_two[data[pos + 9]]}}:"
+                    "{_two[data[pos + 11]]}:{_two[data[pos + 13]]}'", "pos += 15"]
+        else:
+            test = "b == 12 and _plain_date(data, pos) is not None"
+            body = ["y = ((data[pos + 2] & 0x7F) | data[pos + 3] << 7) >> 1",
+                    f"{v} = f'{{y:04d}}-{{_two[data[pos + 5]]}}-{{_two[data[pos + 7]]}}'", "pos += 12"]
+        lines = ["b = data[pos]", f"if {test}:", *("    " + line for line in body), "elif b == 12:",
+                 "    parts, pos = _datetime_parts(data, pos + 1)",
+                 f"    {v} = _datetime_text(parts, {field.temporal!r}, nanos)"]
+        return [*lines, "elif b == 0:", f"    {v} = None", "    pos += 1", "else:",
+                f"    {v}, pos = generic(data, pos, {index}, types, layout)",
+                f"    if {v} is _NOT_CAPTURED:", "        missing = True"]
     elif family in (T.DATE, T.DATETIME, T.TIME, T.YEAR):
-        branch, body = _B_DATETIME, [
-            "parts, pos = _datetime_parts(data, pos)", f"{set_row}_datetime_text(parts, {field.temporal!r}, nanos)"]
+        test = "b == 12"
+        body = ["parts, pos = _datetime_parts(data, pos + 1)",
+                f"{v} = _datetime_text(parts, {field.temporal!r}, nanos)"]
     elif family == T.TIMESTAMP and field.code in (7, 17):
-        branch, body = _B_TIMESTAMP, [
-            "seconds, pos = _varint(data, pos)", _READ_LONG.format(v="micros"), f"{set_row}_utc_text(seconds, micros)"]
+        test = "b == 10"
+        body = ["seconds, pos = _varint(data, pos + 1)", _READ_LONG.format(v="micros"),
+                f"{v} = _utc_text(seconds, micros)"]
     elif family in (T.JSON, T.ENUM, T.SET):
-        branch, body = _B_TEXT_OBJECT, [_READ_BYTES.format(v="raw"), _READ_BYTES.format(v="raw"),
-                                        f"{set_row}raw.decode('utf-8')"]
+        test = "b == 22"
+        body = ["pos += 1", _READ_BYTES.format(v="raw"), _READ_BYTES.format(v="raw"), f"{v} = raw.decode('utf-8')"]
     else:
-        branch, body = -1, []
-    lines = ["start = pos", "b = data[pos]", "pos += 1"]
-    if branch >= 0:
-        lines += [f"if b == {branch}:", *("    " + line for part in body for line in part.split("\n"))]
-        lines.append("elif b == 0:")
+        test, body = "", []
+    lines = ["b = data[pos]"]
+    if test:
+        lines += [f"if {test}:", *("    " + line for part in body for line in part.split("\n")), "elif b == 0:"]
     else:
         lines.append("if b == 0:")
-    lines += [f"    {set_row}None", "else:", f"    value, pos = generic(data, start, {index}, types, layout)",
-              "    if value is not _NOT_CAPTURED:", f"        {set_row}value"]
-    return lines
+    return [*lines, f"    {v} = None", "    pos += 1", "else:",
+            f"    {v}, pos = generic(data, pos, {index}, types, layout)",
+            f"    if {v} is _NOT_CAPTURED:", "        missing = True"]
 
 
 def _compile_reader(layout: _Layout, codecs_: dict[bytes, str | None]) -> Any:
-    """A reader of one image array of ``layout``: ``(data, pos, types, generic) -> (row, pos) | None``."""
-    lines = ["def read(data, pos, types, generic):", "    size = len(data)",
-             f"    if not data.startswith({_zigzag(len(layout.fields))!r}, pos):", "        return None",
-             f"    pos += {len(_zigzag(len(layout.fields)))}", "    row = {}"]
+    """A reader of one image array of ``layout``: ``(data, pos, types, generic) -> (row, pos) | None``.
+
+    Each column's value goes to a local variable and the row is built at the end in one dict display; a
+    column not captured (EmptyObject.NONE, only ever from ``generic``) is then dropped from it."""
+    count = len(layout.fields)
+    lines = ["def read(data, pos, types, generic):",
+             f"    if not data.startswith({_zigzag(count)!r}, pos):", "        return None",
+             f"    pos += {len(_zigzag(count))}", "    missing = False"]
     for index, field in enumerate(layout.fields):
         lines += ["    " + line for line in _column_code(index, field)]
-    lines += ["    if data[pos] != 0:", "        return None", "    return row, pos + 1"]
+    row = "{" + ", ".join(f"{field.name!r}: v{index}" for index, field in enumerate(layout.fields)) + "}"
+    lines += ["    if data[pos] != 0:", "        return None", f"    row = {row}", "    if missing:",
+              "        row = {name: value for name, value in row.items() if value is not _NOT_CAPTURED}",
+              "    return row, pos + 1"]
     namespace: dict[str, Any] = {
-        "_varint": _varint, "_bytes": _bytes, "_Truncated": _Truncated, "_b64": base64.b64encode,
+        "_varint": _varint, "_bytes": _bytes, "_b64": base64.b64encode,
         "_decimal": _decimal, "_decimal_type": _decimal_type, "_unpack_double": _DOUBLE.unpack_from,
         "_datetime_parts": _datetime_parts, "_datetime_text": _datetime_text, "_utc_text": _utc_text,
+        "_plain_datetime": _plain_datetime, "_plain_date": _plain_date, "_two": _TWO_DIGITS,
         "_NOT_CAPTURED": _NOT_CAPTURED, "codecs_get": codecs_.get, "nanos": layout.nanos, "layout": layout,
     }
     exec(compile("\n".join(lines), "<dts-avro image reader>", "exec"), namespace)
