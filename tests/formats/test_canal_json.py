@@ -709,3 +709,38 @@ def test_format_pickles_and_decodes_after_unpickling():
     clone = pickle.loads(pickle.dumps(fmt))
     assert clone.decode([Record(value=json.dumps(SPEC_UPDATE).encode())]).events == first
     assert clone.settings == fmt.settings
+
+
+def test_interleaved_tables_keep_their_own_schema():
+    # The schema cache is keyed by table: two tables whose columns share names but not types, interleaved,
+    # each keep their own conversions and column list.
+    def message(table: str, types: dict[str, str], row: dict[str, str], kind: str = "INSERT",
+                old: list[dict[str, str]] | None = None) -> dict:
+        return {"data": [row], "database": "db", "es": 1000, "id": 1, "isDdl": False, "mysqlType": types,
+                "old": old, "pkNames": ["id"], "sql": "", "sqlType": {}, "table": table, "ts": 1000, "type": kind}
+
+    ints = {"id": "bigint", "v": "int", "d": "decimal(5,2)"}
+    texts = {"id": "varchar(8)", "v": "varchar(8)", "d": "double"}
+    records = [message("a", ints, {"id": "1", "v": "10", "d": "1.50"}),
+               message("b", texts, {"id": "1", "v": "10", "d": "1.50"}),
+               message("a", ints, {"id": "2", "v": "20", "d": "2.5e0"}, "UPDATE", [{"v": "19"}]),
+               message("b", texts, {"id": "2", "v": "20", "d": "2.5e0"}, "UPDATE", [{"v": "19"}])]
+    out = create("canal-json").decode([Record(value=json.dumps(m).encode(), offset=i) for i, m in enumerate(records)])
+    assert not out.failures, out.failures[0].reason
+    a1, b1, a2, b2 = out.events
+    assert a1.after == {"id": 1, "v": 10, "d": "1.50"}
+    assert b1.after == {"id": "1", "v": "10", "d": 1.5}
+    assert (a2.before, a2.after) == ({"id": 2, "v": 19, "d": "2.50"}, {"id": 2, "v": 20, "d": "2.50"})
+    assert (b2.before, b2.after) == ({"id": "2", "v": "19", "d": 2.5}, {"id": "2", "v": "20", "d": 2.5})
+    assert [c.type for c in a1.columns] == ["bigint", "int", "decimal(5,2)"]
+    assert [c.type for c in b1.columns] == ["varchar(8)", "varchar(8)", "double"]
+    # events of one layout share one column list (the Spark layer caches its JSON by identity)
+    assert a1.columns is a2.columns and b1.columns is b2.columns
+
+
+def test_completed_old_image_keeps_the_after_image_order():
+    message = {**SPEC_UPDATE, "data": [{"id": "1", "name": "A", "balance": "1.00", "tag": "1"}],
+               "old": [{"tag": "2", "extra": "x", "balance": "2.00"}]}
+    [event] = events_of(message)
+    assert list(event.before) == ["id", "name", "balance", "tag", "extra"]
+    assert event.before == {"id": 1, "name": "A", "balance": "2.00", "tag": "vip", "extra": "x"}

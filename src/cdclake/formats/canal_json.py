@@ -69,7 +69,6 @@ from cdclake.events import (
     Column,
     Row,
     Source,
-    complete_before,
     pad_position,
 )
 from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
@@ -135,6 +134,7 @@ _code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
 _names_decoder: Final = msgspec.json.Decoder(list[str] | None)
 _texts_decoder: Final = msgspec.json.Decoder(list[Texts] | None)
 _encoder: Final = msgspec.json.Encoder()
+_to_builtins: Final = msgspec.to_builtins
 
 Converter = Callable[[str], Any]
 
@@ -249,10 +249,11 @@ class _Schema:
         fast = self.fast
         if fast is not None:
             try:
-                rows: list[Row] | None = msgspec.to_builtins(fast.decode(raw))
-                if rows and self.post:
+                rows: list[Row] | None = _to_builtins(fast.decode(raw))
+                post = self.post
+                if rows and post:
                     for row in rows:
-                        for name, f in self.post:
+                        for name, f in post:
                             text = row.get(name)
                             if text is not None:
                                 row[name] = f(text)
@@ -465,16 +466,25 @@ class CanalJson(Format):
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        schema = self._schema(msg)
-        data, extra = schema.rows(msg.data, "data")
+        # The schema cache's hit test, inlined: this runs once per message.
+        entry = self._schemas.get((database, table))
+        if (entry is not None and entry[0] == msg.mysqlType and entry[1] == msg.pkNames
+                and (entry[2] is None or entry[2] == msg.sqlType)):
+            schema = entry[3]
+        else:
+            schema = self._schema(msg)
+        swap = self._swap
+        rows = schema.rows
+        data, extra = rows(msg.data, "data")
         old: list[Row] | None = None
-        if op == UPDATE or (op == DELETE and (self._swap or not data)):
-            old, old_extra = schema.rows(msg.old, "old")
-            extra = extra + old_extra
+        if op == UPDATE or (op == DELETE and (swap or not data)):
+            old, old_extra = rows(msg.old, "old")
+            if old_extra:
+                extra = extra + old_extra
         columns = schema.columns_with(extra) if extra else schema.columns
-        if op == DELETE and old and (self._swap or not data):
+        if op == DELETE and old and (swap or not data):
             images, partial_images = old, None  # DTS legacy: the deleted row is in old
-        elif op == UPDATE and self._swap:
+        elif op == UPDATE and swap:
             if data is None or old is None:
                 raise DecodeError("UPDATE (dts-legacy-swap) without both data and old rows")
             images, partial_images = data, old  # legacy: data = before, old = after
@@ -486,13 +496,17 @@ class CanalJson(Format):
             raise DecodeError(f"UPDATE has {len(images)} data rows but {len(partial_images)} old rows")
         pk = schema.pk
         single_key = pk[0] if len(pk) == 1 else None
-        commit_ts = tidb.commitTs if tidb is not None and tidb.commitTs is not None else msg.es
-        gtid = msg.gtid
-        # pad_position(txn, offset, row), spelled out: this is the hot loop
-        prefix = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + "%020d/" % offset  # noqa: UP031
-        tso_rank = _TSO_RANK[op] if tidb is not None and tidb.commitTs is not None else None
         es = msg.es
-        swapped = self._swap and op == UPDATE
+        prefix: str | None = None
+        if tidb is not None and tidb.commitTs is not None:
+            commit_ts = tidb.commitTs
+            position = _TSO_RANK[op]
+        else:
+            commit_ts = es
+            gtid = msg.gtid
+            # pad_position(txn, offset, row), spelled out: this is the hot loop
+            prefix = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + "%020d/" % offset  # noqa: UP031
+        swapped = swap and op == UPDATE
         events = []
         for i, image in enumerate(images):
             if op == DELETE:
@@ -500,10 +514,12 @@ class CanalJson(Format):
             elif partial_images is None:
                 before, after, identity = None, image, image
             elif swapped:
+                # complete_before(image, old): a dict merge keeps the first image's order and appends
+                # the columns only the second has, which is exactly complete_before's order.
                 before = image
-                after = identity = complete_before(image, partial_images[i])
+                after = identity = {**image, **partial_images[i]}
             else:
-                before, after, identity = complete_before(image, partial_images[i]), image, image
+                before, after, identity = {**image, **partial_images[i]}, image, image
             try:
                 if single_key is not None:
                     key: Row | None = {single_key: identity[single_key]}
@@ -511,11 +527,11 @@ class CanalJson(Format):
                     key = {name: identity[name] for name in pk} if pk else None
             except KeyError as exc:
                 raise DecodeError(f"{msg.type} row {i} lacks primary-key column {exc}") from None
+            if prefix is not None:
+                position = prefix + (_ROW_SUFFIX[i] if i < _ROW_SUFFIXES else f"{i:020d}")
             events.append(ChangeEvent(
                 kind=ROW, op=op, database=database, table=table, key=key, before=before, after=after,
-                columns=columns, commit_ts=commit_ts,
-                position=tso_rank or prefix + (_ROW_SUFFIX[i] if i < _ROW_SUFFIXES else f"{i:020d}"), ts_ms=es,
-                source=source))
+                columns=columns, commit_ts=commit_ts, position=position, ts_ms=es, source=source))
         return events
 
     # ---------------------------------------------------------------------------------------- encoding
