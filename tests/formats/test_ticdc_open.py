@@ -628,3 +628,46 @@ def test_escapes_of_non_characters_fail():
     with pytest.raises(ValueError):
         go_unquote_bytes(r"\777")
     assert "column 'a'" in failure(frame((GOOD_KEY, '{"u":{"a":{"t":15,"f":65,"v":"\\\\ud800"}}}')))
+
+
+def general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans without their generated reader: every column map takes the general path."""
+    monkeypatch.setattr("cdclake.formats.ticdc_open._Plan.compile", lambda plan: None)
+
+
+def test_shapes_of_one_name_set_are_kept_apart():
+    # One name set, three shapes (type code, flags, and a value that does not fit its code), interleaved:
+    # each image is read by the plan of its own shape.
+    key = '{"ts":449451550313021441,"scm":"d","tbl":"t","t":1}'
+    as_int = '{"u":{"id":{"t":8,"h":true,"f":11,"v":1},"v":{"t":3,"f":65,"v":7}}}'
+    as_double = '{"u":{"id":{"t":8,"h":true,"f":11,"v":2},"v":{"t":5,"f":65,"v":7}}}'
+    unsigned = '{"u":{"id":{"t":8,"h":true,"f":11,"v":3},"v":{"t":3,"f":193,"v":7}}}'
+    misfit = '{"u":{"id":{"t":8,"h":true,"f":11,"v":4},"v":{"t":3,"f":65,"v":"7x"}}}'
+    update = ('{"u":{"id":{"t":8,"h":true,"f":11,"v":5},"v":{"t":5,"f":65,"v":8}},'
+              '"p":{"id":{"t":8,"h":true,"f":11,"v":5},"v":{"t":3,"f":65,"v":6}}}')
+    record = frame(*((key, value) for value in (as_int, as_double, unsigned, misfit, update, as_int)))
+    events = decode(record)
+    assert not events.failures, events.failures[0].reason
+    got = [(e.after, type(e.after["v"]), [c.type for c in e.columns]) for e in events.events]
+    assert got == [
+        ({"id": 1, "v": 7}, int, ["bigint", "int"]), ({"id": 2, "v": 7.0}, float, ["bigint", "double"]),
+        ({"id": 3, "v": 7}, int, ["bigint", "int unsigned"]), ({"id": 4, "v": "7x"}, str, ["bigint", "int"]),
+        ({"id": 5, "v": 8.0}, float, ["bigint", "double"]), ({"id": 1, "v": 7}, int, ["bigint", "int"])]
+    # the old image is read with the new image's plan, as the general path reads it
+    assert events.events[4].before == {"id": 5, "v": 6.0}
+    assert events.events[0].columns is events.events[5].columns
+    assert "column 'v'" in failure(record, **{"strict-values": "true"})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(row_events(), min_size=1, max_size=6))
+def test_generated_readers_agree_with_the_general_path(monkeypatch, events):
+    options = {"timestamp-zone": "UTC", "max-batch-size": 3}
+    records = formats.create("ticdc-open", options).encode(events)
+    fast = formats.create("ticdc-open", options).decode(records)
+    with monkeypatch.context() as patch:
+        general_path_only(patch)
+        general = formats.create("ticdc-open", options).decode(records)
+    assert [msgspec.json.encode(e) for e in fast.events] == [msgspec.json.encode(e) for e in general.events]
+    assert [f.reason for f in fast.failures] == [f.reason for f in general.failures]

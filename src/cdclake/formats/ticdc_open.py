@@ -129,22 +129,24 @@ _RANK_DDL, _RANK_DELETE, _RANK_UPDATE, _RANK_INSERT = "0", "1", "2", "3"
 # Wire structures
 
 
-class _Key(msgspec.Struct, gc=False):
+# Fields in the order TiCDC writes the members: msgspec matches each member against the field after the
+# last one found first.
+class _Key(msgspec.Struct, kw_only=True, gc=False):
     ts: int
-    t: int
     scm: str | None = None
     tbl: str | None = None
+    t: int
     rid: int | None = None
     ptn: int | None = None
     ohk: bool = False
     ccl: str | None = None
 
 
-class _Col(msgspec.Struct, gc=False):
+class _Col(msgspec.Struct, kw_only=True, gc=False):
     t: int
-    v: Any = None
     h: bool = False
     f: int | None = None
+    v: Any = None
 
 
 class _Value(msgspec.Struct, gc=False):
@@ -372,7 +374,8 @@ class _ColSpec(msgspec.Struct, frozen=True):
 class _Plan:
     """How to read one shape of column map: its columns, key columns and the values that need converting."""
 
-    __slots__ = ("columns", "converts", "flags", "handles", "keys", "legacy", "names", "type_codes", "types")
+    __slots__ = ("columns", "converts", "flags", "handles", "keys", "legacy", "names", "read", "type_codes",
+                 "types")
 
     def __init__(self, names: tuple[str, ...], columns: list[Column], keys: list[str],
                  converts: list[tuple[str, Converter]]) -> None:
@@ -386,6 +389,48 @@ class _Plan:
         self.flags: list[int | None] = []
         self.legacy = False
         self.handles: list[bool] = []
+        self.read: Callable[[dict[str, _Col]], dict[str, Any] | None] = _no_reader
+
+    def compile(self) -> None:
+        """Generate :attr:`read`: the image of a column map of this plan's names, or ``None`` when a type
+        code, flag or value does not fit the plan (the general path then decides, and names any error).
+
+        One generated function per shape checks every column and builds the row in one go, where the
+        general path loops over the columns several times. The checks are those of the general path's
+        plan match (type codes, flags, and handle bits in the flag-less encoding)."""
+        checks, fields, converts = [], [], []
+        scope: dict[str, Any] = {"_Mismatch": _Mismatch}
+        convert_of = dict(self.converts)
+        for i, name in enumerate(self.names):
+            flags = self.flags[i]
+            checks += [f"c{i}.t != {self.type_codes[i]!r}",
+                       f"c{i}.f is not None" if flags is None else f"c{i}.f != {flags!r}"]
+            if self.legacy:
+                checks.append(f"c{i}.h is not {self.handles[i]!r}")
+            convert = convert_of.get(name)
+            if convert is None:
+                fields.append(f"{name!r}: c{i}.v")
+                continue
+            scope[f"f{i}"] = convert
+            # like the general path, a float needs no _to_float
+            keep = f"v{i} is None or type(v{i}) is float" if convert is _to_float else f"v{i} is None"
+            converts += [f"        v{i} = c{i}.v", f"        if not ({keep}):", f"            v{i} = f{i}(v{i})"]
+            fields.append(f"{name!r}: v{i}")
+        lines = ["def read(cols):"]
+        if self.names:
+            lines.append("    " + ", ".join(f"c{i}" for i in range(len(self.names))) + ", = cols.values()")
+            lines += [f"    if {' or '.join(checks)}:", "        return None"]
+        if converts:
+            lines += ["    try:", *converts, "    except Exception:",
+                      "        return None"]
+        lines.append("    return {" + ", ".join(fields) + "}")
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, "<ticdc-open image reader>", "exec"), scope)
+        self.read = scope["read"]
+
+
+def _no_reader(cols: dict[str, _Col]) -> None:
+    return None
 
 
 def _column_spec(code: int, flags: int | None, handle: bool, legacy_base64: bool) -> _ColSpec:
@@ -531,10 +576,15 @@ class TicdcOpen(Format):
         self._compressed = self.settings["compression"] != "none"
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._last: dict[tuple[str, ...], _Plan] = {}
+        self._ts_prefix: tuple[int, str] = (-1, "")
         if self.settings["max-batch-size"] < 1:
             raise ValueError(f"{self.name}: max-batch-size must be at least 1")
         if self._zone:
             V.zone(self._zone)  # fail at start-up, not on the first TIMESTAMP
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Plans hold generated readers, which do not pickle; executors rebuild them from the data.
+        return {**self.__dict__, "_plans": {}, "_last": {}}
 
     # -- decoding ------------------------------------------------------------------------------------------
 
@@ -553,6 +603,7 @@ class TicdcOpen(Format):
         events: list[ChangeEvent] = []
         k, v, n_key, n_value = 8, 0, len(key), len(value)
         index = 0
+        plain = not self._compressed
         while k < n_key:
             if k + 8 > n_key:
                 raise DecodeError(f"key truncated: event {index} length needs 8 bytes, {n_key - k} left")
@@ -576,7 +627,18 @@ class TicdcOpen(Format):
                 event_key = _key_decoder.decode(key_json)
             except msgspec.DecodeError as exc:
                 raise DecodeError(f"event {index}: bad event key JSON: {exc}") from None
-            events.append(self._event(event_key, key_json, value_json, index, allow_claim_check))
+            if event_key.t == ROW_EVENT and plain and event_key.ccl is None:
+                # _event's path for a row, inlined: nearly every event takes it
+                try:
+                    body = _value_decoder.decode(value_json)
+                except msgspec.DecodeError as exc:
+                    raise DecodeError(f"event {index}: bad event value JSON: {exc}") from None
+                try:
+                    events.append(self._row(event_key, body))
+                except DecodeError as exc:
+                    raise DecodeError(f"event {index} ({event_key.scm}.{event_key.tbl}): {exc}") from None
+            else:
+                events.append(self._event(event_key, key_json, value_json, index, allow_claim_check))
             index += 1
         if v != n_value:
             raise DecodeError(f"value has {n_value - v} bytes left after the key's {index} entries")
@@ -616,7 +678,7 @@ class TicdcOpen(Format):
             if full is not None:
                 return full
         try:
-            return self._row(key, body, key_json, raw)
+            return self._row(key, body)
         except DecodeError as exc:
             raise DecodeError(f"event {index} ({key.scm}.{key.tbl}): {exc}") from None
 
@@ -627,31 +689,38 @@ class TicdcOpen(Format):
                            table=key.tbl or None, ddl=body.q, commit_ts=key.ts, ts_ms=key.ts >> 18,
                            position=_ddl_position(key.ts, key_json, raw))
 
-    def _row(self, key: _Key, body: _Value, key_json: bytes, raw: bytes) -> ChangeEvent:
-        if body.d is not None:
-            if body.u is not None or body.p is not None:
+    def _row(self, key: _Key, body: _Value) -> ChangeEvent:
+        deleted, new, old = body.d, body.u, body.p
+        if deleted is not None:
+            if new is not None or old is not None:
                 raise DecodeError("row value mixes 'd' with 'u'/'p'")
-            before, plan = self._image(body.d)
+            before, plan = self._image(deleted)
             image, op, after, rank = before, DELETE, None, _RANK_DELETE
-        elif body.u is not None:
+        elif new is not None:
             if key.ohk or key.ccl is not None:  # a claim-check message carries only the key, with ohk false
                 raise DecodeError(
                     "handle-key-only event (ohk): TiCDC left out every non-key column of this "
-                    f"{'update' if body.p is not None else 'insert'} because it exceeded max-message-bytes; the "
+                    f"{'update' if old is not None else 'insert'} because it exceeded max-message-bytes; the "
                     f"full row exists only upstream (TiDB snapshot at ts {key.ts})"
                     + (f" or in the claim-check file {key.ccl}, which cannot be read here" if key.ccl else ""))
-            after, plan = self._image(body.u)
+            # _image's first try, inlined: the last plan of these names, through its generated reader
+            plan = self._last.get(tuple(new))
+            after = None if plan is None else plan.read(new)
+            if after is None:
+                after, plan = self._image(new)
             image = after
-            if body.p is not None:
-                if tuple(body.p) == plan.names:  # both images of one event share the table's schema
-                    before, _ = self._image(body.p, plan)
+            if old is not None:
+                if tuple(old) == plan.names:  # both images of one event share the table's schema
+                    before = plan.read(old)
+                    if before is None:
+                        before, _ = self._image(old, plan)
                 else:  # only-output-updated-columns: complete the old image
-                    before = complete_before(after, self._image(body.p)[0])
+                    before = complete_before(after, self._image(old)[0])
                 op, rank = UPDATE, _RANK_UPDATE
             else:
                 before = None
                 op, rank = (INSERT if self._old_value else UPDATE), _RANK_INSERT
-        elif body.p is not None:
+        elif old is not None:
             raise DecodeError("row value has 'p' without 'u'")
         else:
             raise DecodeError("row value has none of 'u', 'd'")
@@ -660,26 +729,42 @@ class TicdcOpen(Format):
             event_key: dict[str, Any] | None = {keys[0]: image[keys[0]]}
         else:
             event_key = {name: image[name] for name in keys} if keys else None
+        # pad_position(ts, rank), written out: the events of a transaction share their ts, so its padded
+        # text is kept for the next event
+        ts = key.ts
+        last_ts, prefix = self._ts_prefix
+        if ts != last_ts:
+            prefix = f"{ts:020d}/"
+            self._ts_prefix = (ts, prefix)
         # Events of one shape share their (read-only) column list, as the other formats' events do.
         return ChangeEvent(kind=ROW, op=op, database=key.scm or None, table=key.tbl or None, key=event_key,
-                           before=before, after=after, columns=plan.columns, commit_ts=key.ts, ts_ms=key.ts >> 18,
-                           position=f"{key.ts:020d}/{rank}")  # pad_position(ts, rank), written out: hot
+                           before=before, after=after, columns=plan.columns, commit_ts=ts, ts_ms=ts >> 18,
+                           position=prefix + rank)
 
     def _image(self, cols: dict[str, _Col], plan: _Plan | None = None) -> tuple[dict[str, Any], _Plan]:
         """The canonical row image of a column map, and the plan describing its columns (given for an old
         image, whose column map has the new image's shape)."""
         if plan is None:
             # Types and flags only change with DDL, so one plan per column-map shape serves a whole table:
-            # the last plan for these column names is checked first, by list comparison. `h` repeats flag
-            # 0x02 except in the earliest encoding, which has no flags.
-            values = cols.values()
+            # the last plan for these column names reads the map if it fits (its generated reader checks
+            # the type codes and flags); otherwise the general path below finds or makes the plan.
             names = tuple(cols)
+            plan = self._last.get(names)
+            if plan is not None:
+                row = plan.read(cols)
+                if row is not None:
+                    return row, plan
+            values = cols.values()
             types = [c.t for c in values]
             flags = [c.f for c in values]
-            plan = self._last.get(names)
+            # `h` repeats flag 0x02 except in the earliest encoding, which has no flags.
             if (plan is None or plan.type_codes != types or plan.flags != flags
                     or (plan.legacy and plan.handles != [c.h for c in values])):
                 plan = self._shape_plan(cols, names, types, flags)
+        else:
+            row = plan.read(cols)
+            if row is not None:
+                return row, plan
         row = {name: c.v for name, c in cols.items()}
         for name, convert in plan.converts:
             value = row[name]
@@ -705,6 +790,7 @@ class TicdcOpen(Format):
         if plan is None:
             plan = self._plan(cols, shape)
             plan.type_codes, plan.flags, plan.legacy, plan.handles = types, flags, legacy, handles
+            plan.compile()
         if len(self._last) >= 4096:
             self._last.clear()
         self._last[names] = plan
