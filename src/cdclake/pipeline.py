@@ -154,7 +154,7 @@ class BatchApplier:
             self.sink.record_progress({
                 "batch": batch, "records": report.records, "events": report.events, "failed": report.failed,
                 "skipped": report.skipped, "inserted": report.inserted, "updated": report.updated,
-                "deleted": report.deleted, "duration_s": report.seconds,
+                "deleted": report.deleted, "duration_s": report.seconds, "dead_letters": report.dead_letters,
                 "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
                            for (d, t), seq in plan.last_seq.items()},
                 "offsets": _max_offsets(records),
@@ -195,7 +195,9 @@ class BatchApplier:
         earlier = self.sink.held(self.held_batch)
         combined = log
         if earlier is not None and earlier.num_rows:
-            before = self.spark.createDataFrame(earlier.select(log.columns).cast(CL.CHANGELOG_ARROW), schema=log.schema)
+            # The batch's own session: with Spark Connect this runs in the server's foreachBatch worker.
+            before = records.sparkSession.createDataFrame(earlier.select(log.columns).cast(CL.CHANGELOG_ARROW),
+                                                          schema=log.schema)
             combined = log.unionByName(before)
             raw = raw.unionByName(before.select("topic", "partition", "offset", F.col("raw_key").alias("key"),
                                                 F.col("raw_value").alias("value"))
@@ -294,9 +296,17 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
                          config.tombstone_retention_hours)
         checkpoint = os.path.join(config.checkpoint_dir(), source.name)
         partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
-        applier = BatchApplier(spark, source, sink, _base_version(checkpoint, sink), progress, partitions)
-        _run_query(spark, source, config, checkpoint, applier)
-        summary.batches.extend(applier.summary.batches)
+        # With Spark Connect the batches run in the server's foreachBatch worker: their reports come back
+        # through the lake's progress table instead.
+        base = _base_version(checkpoint, sink)
+        last = sink.last_batch()
+        lake_reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) \
+            if _is_connect(spark) else None
+        applier = BatchApplier(spark, source, sink, base, None if lake_reports else progress, partitions)
+        _run_query(spark, source, config, checkpoint, applier, lake_reports.poll if lake_reports else None)
+        if lake_reports:
+            lake_reports.poll()
+        summary.batches.extend(lake_reports.reports if lake_reports else applier.summary.batches)
         sink.expire_tombstones()
     return summary
 
@@ -309,8 +319,35 @@ def _source_partitions(source: SourceConfig) -> list[tuple[str, int]]:
     return files.partitions(source.input or "")
 
 
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class _LakeReports:
+    """Batch reports read back from the lake's progress rows (for Spark Connect, whose foreachBatch runs on
+    the server), handed to ``progress`` as they appear."""
+
+    def __init__(self, sink: DeltaSink, source: str, first_batch: int, progress: Progress | None) -> None:
+        self.sink, self.source, self.next_batch, self.progress = sink, source, first_batch, progress
+        self.reports: list[BatchReport] = []
+
+    def poll(self) -> None:
+        for row in self.sink.progress_since(self.next_batch):
+            tables = json.loads(row.get("tables") or "{}")
+            report = BatchReport(
+                self.source, row["batch"], **{name: row.get(name) or 0 for name in (
+                    "records", "events", "failed", "skipped", "inserted", "updated", "deleted", "dead_letters",
+                    "held")},
+                consistent_ts=row.get("consistent_ts"), seconds=row.get("duration_s") or 0.0,
+                stopped={name: t["stopped"] for name, t in tables.items() if t.get("stopped")})
+            self.reports.append(report)
+            self.next_batch = row["batch"] + 1
+            if self.progress:
+                self.progress(report)
+
+
 def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,
-               applier: BatchApplier) -> None:
+               applier: BatchApplier, poll: Callable[[], None] | None = None) -> None:
     if source.kafka is not None:
         records, target = _kafka_records(spark, source, config, applier.sink)
     elif source.input is not None:
@@ -324,6 +361,8 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
              .start())
     try:
         while query.isActive:
+            if poll:
+                poll()
             if query.awaitTermination(0.5):
                 break
             if target is not None and _caught_up(query, target):

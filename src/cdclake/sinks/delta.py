@@ -56,7 +56,7 @@ PROGRESS = pa.schema([
     ("inserted", pa.int64()), ("updated", pa.int64()), ("deleted", pa.int64()),
     ("tables", pa.string()), ("offsets", pa.string()), ("duration_s", pa.float64()),
     ("partition_ts", pa.string()), ("resolved_ts", pa.string()), ("consistent_ts", pa.int64()),
-    ("held_batch", pa.int64()), ("held", pa.int64()),
+    ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()),
 ])
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 
@@ -124,6 +124,15 @@ class DeltaSink:
         if rows.num_rows == 0:
             return None
         return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
+
+    def progress_since(self, batch: int) -> list[dict[str, Any]]:
+        """This pipeline's progress rows from ``batch`` on, in batch order."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return []
+        rows = read_table(table)
+        rows = rows.filter(pc.and_(pc.equal(rows["pipeline"], self.pipeline), pc.greater_equal(rows["batch"], batch)))
+        return rows.sort_by("batch").to_pylist()
 
     def written_tables(self) -> set[tuple[str, str]]:
         """Every table this pipeline's batches have changed, by its progress rows."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -34,16 +35,24 @@ def get_session(master: str | None = None, remote: str | None = None,
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name)
-    if remote:
-        builder = builder.remote(remote)
-    else:
-        builder = builder.master(master or "local[*]")
+    local = not remote or remote.startswith("local")  # remote "local[2]": a Connect server started here
+    builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
+    if local:
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
         builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    if not remote:
+    with warnings.catch_warnings():
+        # A Connect server started here takes the static settings at start, then warns that the session
+        # cannot change them: noise.
+        warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
+        session = builder.getOrCreate()
+    if remote:
+        # A remote server has its own defaults; these two are per session and matter for correctness or speed.
+        for key in ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch"):
+            if key not in (conf or {}):
+                session.conf.set(key, LOCAL_DEFAULTS[key])
+    else:
         session.sparkContext.setLogLevel("ERROR")
     return session
