@@ -139,6 +139,8 @@ RECORD_SCHEMA: Final[dict[str, Any]] = {
 }
 RECORD_SCHEMA_R1: Final[dict[str, Any]] = {**RECORD_SCHEMA, "fields": RECORD_SCHEMA["fields"][:-1]}
 
+_SOURCE_TYPE_COUNT: Final = len(SOURCE_TYPES)
+_OPERATION_COUNT: Final = len(OPERATIONS)
 _OP_INSERT, _OP_UPDATE, _OP_DELETE, _OP_DDL = 0, 1, 2, 3
 _OP_INIT = 16
 _ROW_OPS: Final = {_OP_INSERT: INSERT, _OP_UPDATE: UPDATE, _OP_DELETE: DELETE, _OP_INIT: READ}
@@ -147,6 +149,7 @@ _POSTGRES_LIKE: Final = frozenset({3, 7})  # PostgreSQL, PPAS
 _ORACLE: Final = 1
 
 _DOUBLE = struct.Struct("<d")
+_FLOAT_PARTS = struct.Struct("<xdBB")  # from the branch byte: value, one-byte precision and scale
 _NOT_CAPTURED: Final = object()  # EmptyObject.NONE: no value was captured for the column
 
 
@@ -273,11 +276,13 @@ class _Tail:
     the records of one table repeat these bytes. Key columns, names and columns are filled in on first
     use by a row (only rows need them, and working them out can fail)."""
 
-    __slots__ = ("columns", "keys", "layout", "object_name", "pk_uk_info", "rest", "where")
+    __slots__ = ("columns", "keys", "layout", "object_name", "pk_uk_info", "rest", "source_type", "where", "whole")
 
-    def __init__(self, rest: bytes, object_name: str | None, pk_uk_info: bytes | None,
+    def __init__(self, rest: bytes, source_type: int, object_name: str | None, pk_uk_info: bytes | None,
                  layout: _Layout | None) -> None:
         self.rest = rest
+        self.whole = rest  # with the objectName before it, as the last record of the table wrote it
+        self.source_type = source_type
         self.object_name = object_name
         self.pk_uk_info = pk_uk_info
         self.layout = layout
@@ -486,11 +491,14 @@ class DtsAvro(Format):
         self._tails: dict[tuple[int, bytes | None], _Tail] = {}
         # The last sourceTimestamp read, as (varint bytes, value); b"\x00" is the varint of 0.
         self._timestamp: tuple[bytes, int] = (b"\x00", 0)
+        # The last source (type, version) bytes read, as (bytes, type); b"\x00\x00" is MySQL, version "".
+        self._source: tuple[bytes, int] = (b"\x00\x00", 0)
+        self._last_tail: _Tail | None = None
         self._warned_trailing = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Layouts hold compiled readers, which do not pickle; executors rebuild them from the data.
-        return {**self.__dict__, "_layouts": {}, "_recent": {}, "_tails": {}}
+        return {**self.__dict__, "_layouts": {}, "_recent": {}, "_tails": {}, "_last_tail": None}
 
     # -- decoding ------------------------------------------------------------------------------------------
 
@@ -537,41 +545,34 @@ class DtsAvro(Format):
                 pos += 1 + (c >> 1)
             else:
                 _, pos = _bytes(data, pos)
-        c = data[pos]
-        source_type, pos = ((c >> 1) ^ -(c & 1), pos + 1) if c < 0x80 else _varint(data, pos)
-        if not 0 <= source_type < len(SOURCE_TYPES):
-            raise DecodeError(f"unknown source type index {source_type}")
-        c = data[pos]  # source version
-        if c < 0x80 and not c & 1:
-            pos += 1 + (c >> 1)
+        # source (type and version) is the same in every record of a stream
+        seen, source_type = self._source
+        if data.startswith(seen, pos):
+            pos += len(seen)
         else:
-            _, pos = _bytes(data, pos)
+            start = pos
+            c = data[pos]
+            source_type, pos = ((c >> 1) ^ -(c & 1), pos + 1) if c < 0x80 else _varint(data, pos)
+            if not 0 <= source_type < _SOURCE_TYPE_COUNT:
+                raise DecodeError(f"unknown source type index {source_type}")
+            c = data[pos]  # source version
+            if c < 0x80 and not c & 1:
+                pos += 1 + (c >> 1)
+            else:
+                _, pos = _bytes(data, pos)
+            if pos > size:
+                raise _Truncated
+            self._source = (data[start:pos], source_type)
         c = data[pos]
         operation, pos = ((c >> 1) ^ -(c & 1), pos + 1) if c < 0x80 else _varint(data, pos)
-        if not 0 <= operation < len(OPERATIONS):
-            raise DecodeError(f"unknown operation index {operation} (known: 0..{len(OPERATIONS) - 1})")
-        branch = data[pos]
-        if branch == 2:
-            c = data[pos + 1]
-            if c < 0x80 and not c & 1:
-                end = pos + 2 + (c >> 1)
-                if end > size:
-                    raise _Truncated
-                name: bytes | None = data[pos + 2:end]
-                pos = end
-            else:
-                name, pos = _bytes(data, pos + 1)
-        elif branch == 0:
-            name = None
-            pos += 1
+        if not 0 <= operation < _OPERATION_COUNT:
+            raise DecodeError(f"unknown operation index {operation} (known: 0..{_OPERATION_COUNT - 1})")
+        # From objectName to the fields list, a table's records repeat their bytes: read once, matched after.
+        tail = self._last_tail
+        if tail is not None and tail.source_type == source_type and data.startswith(tail.whole, pos):
+            pos += len(tail.whole)
         else:
-            raise DecodeError(f"objectName: union branch {_varint(data, pos)[0]} of [null, string]")
-        # A table's records repeat everything from processTimestamps to the fields list: read it once.
-        tail = self._tails.get((source_type, name))
-        if tail is not None and data.startswith(tail.rest, pos):
-            pos += len(tail.rest)
-        else:
-            tail, pos = self._tail(data, pos, name, source_type)
+            tail, pos = self._tail_at(data, pos, source_type)
         layout = tail.layout
         types = [] if layout is None else list(layout.types)
         if data[pos] == 0:
@@ -597,6 +598,34 @@ class DtsAvro(Format):
         if op is None:
             return []  # BEGIN, COMMIT, HEARTBEAT, NOOP, …: no change
         return [self._row(tail, op, operation, types, before, after, record_id, source_timestamp, source_position)]
+
+    def _tail_at(self, data: bytes, pos: int, source_type: int) -> tuple[_Tail, int]:
+        """The tail starting at objectName: the table's known one if the bytes after the name match it."""
+        start = pos
+        branch = data[pos]
+        if branch == 2:
+            c = data[pos + 1]
+            if c < 0x80 and not c & 1:
+                end = pos + 2 + (c >> 1)
+                if end > len(data):
+                    raise _Truncated
+                name: bytes | None = data[pos + 2:end]
+                pos = end
+            else:
+                name, pos = _bytes(data, pos + 1)
+        elif branch == 0:
+            name = None
+            pos += 1
+        else:
+            raise DecodeError(f"objectName: union branch {_varint(data, pos)[0]} of [null, string]")
+        tail = self._tails.get((source_type, name))
+        if tail is not None and data.startswith(tail.rest, pos):
+            pos += len(tail.rest)
+        else:
+            tail, pos = self._tail(data, pos, name, source_type)
+        tail.whole = data[start:pos]
+        self._last_tail = tail
+        return tail, pos
 
     def _tail(self, data: bytes, pos: int, name: bytes | None, source_type: int) -> tuple[_Tail, int]:
         """Read processTimestamps, tags and fields (after objectName ``name``), and remember them."""
@@ -636,7 +665,7 @@ class DtsAvro(Format):
             raise _Truncated
         object_name = None if name is None else name.decode("utf-8")
         layout, pos = self._fields(data, pos, object_name, source_type)
-        tail = _Tail(data[start:pos], object_name, pk_uk_info, layout)
+        tail = _Tail(data[start:pos], source_type, object_name, pk_uk_info, layout)
         if len(self._tails) >= 4096:  # names come from the data: keep the cache bounded
             self._tails.clear()
         self._tails[(source_type, name)] = tail
@@ -1044,10 +1073,12 @@ def _column_code(index: int, field: _Field) -> list[str]:
     if family in (T.INTEGER, T.BIT):
         # precision and digit count in one byte each: nearly every integer
         test = "b == 2 and data[pos + 1] < 0x80 and (c := data[pos + 2]) < 0x80 and not c & 1"
-        body = ["end = pos + 3 + (c >> 1)", f"{v} = int(data[pos + 3:end])", "pos = end"]
+        body = ["pos += 3", "end = pos + (c >> 1)", f"{v} = int(data[pos:end])", "pos = end"]
     elif family in (T.FLOAT, T.DOUBLE):
-        test = "b == 8 and data[pos + 9] < 0x80 and data[pos + 10] < 0x80"  # one-byte precision and scale
-        body = [f"{v} = _unpack_double(data, pos + 1)[0]", "pos += 11"]
+        # value, precision and scale in one unpack; precision and scale of one byte each
+        test = "b == 8"
+        body = [f"{v}, precision, scale = _float_parts(data, pos)", "if precision < 0x80 and scale < 0x80:",
+                "    pos += 11", "else:", f"    {v}, pos = generic(data, pos, {index}, types, layout)"]
     elif family in (T.TEXT, T.BINARY) and field.code in (249, 250, 251, 252):
         test = "b == 20"
         body = ["pos += 1", _READ_BYTES.format(v="kind"), _READ_BYTES.format(v="raw"),
@@ -1126,7 +1157,7 @@ def _compile_reader(layout: _Layout, codecs_: dict[bytes, str | None]) -> Any:
               "    return row, pos + 1"]
     namespace: dict[str, Any] = {
         "_varint": _varint, "_bytes": _bytes, "_b64": base64.b64encode,
-        "_decimal": _decimal, "_decimal_type": _decimal_type, "_unpack_double": _DOUBLE.unpack_from,
+        "_decimal": _decimal, "_decimal_type": _decimal_type, "_float_parts": _FLOAT_PARTS.unpack_from,
         "_datetime_parts": _datetime_parts, "_datetime_text": _datetime_text, "_utc_text": _utc_text,
         "_plain_datetime": _plain_datetime, "_plain_date": _plain_date, "_two": _TWO_DIGITS,
         "_datetime_bytes": _datetime_bytes, "_date_bytes": _date_bytes, "_years": _YEARS,
