@@ -554,6 +554,8 @@ GOOD_KEY = '{"ts":1,"scm":"d","tbl":"t","t":1}'
     (frame((GOOD_KEY, '{"d":{"a":{"t":3,"v":1}},"u":{"a":{"t":3,"v":1}}}')), "mixes 'd'"),
     (frame(('{"ts":1,"scm":"d","t":2}', '{"t":3}')), "DDL value needs 'q'"),
     (frame((GOOD_KEY, INSERT_VALUE), (GOOD_KEY, INSERT_VALUE[:-3])), "event 1"),
+    (frame(("", INSERT_VALUE)), "event 0: bad event key JSON"),
+    (frame((GOOD_KEY, INSERT_VALUE), (GOOD_KEY[:-1], INSERT_VALUE)), "event 1: bad event key JSON"),
 ])
 def test_bad_input_fails_with_a_reason(record, needle):
     reason = failure(record)

@@ -604,6 +604,7 @@ class TicdcOpen(Format):
         k, v, n_key, n_value = 8, 0, len(key), len(value)
         index = 0
         plain = not self._compressed
+        last_json: bytes | None = None
         while k < n_key:
             if k + 8 > n_key:
                 raise DecodeError(f"key truncated: event {index} length needs 8 bytes, {n_key - k} left")
@@ -623,10 +624,13 @@ class TicdcOpen(Format):
                 raise DecodeError(f"value entry {index} claims {length} bytes but only {n_value - v} remain")
             value_json = value[v:v + length]
             v += length
-            try:
-                event_key = _key_decoder.decode(key_json)
-            except msgspec.DecodeError as exc:
-                raise DecodeError(f"event {index}: bad event key JSON: {exc}") from None
+            # The row events of one transaction and table repeat their key: decode it once.
+            if key_json != last_json:
+                try:
+                    event_key = _key_decoder.decode(key_json)
+                except msgspec.DecodeError as exc:
+                    raise DecodeError(f"event {index}: bad event key JSON: {exc}") from None
+                last_json = key_json
             if event_key.t == ROW_EVENT and plain and event_key.ccl is None:
                 # _event's path for a row, inlined: nearly every event takes it
                 try:
