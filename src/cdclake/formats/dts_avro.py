@@ -1233,7 +1233,8 @@ def _position(source_position: str, record_id: int) -> str:
     if at and offset.isdigit() and file.isdigit() and source_position.isascii() and len(source_position) < 40:
         # MySQL <offset>@<binlog file number>: pad_position(file, offset, id), written out because it is hot
         # (padding the digits equals padding their number: leading zeros do not change the order)
-        return f"{file.zfill(20)}/{offset.zfill(20)}/{record_id:020d}"
+        # (str().zfill() pads an int as format "020d" does, sign first, at a fraction of the cost)
+        return f"{file.zfill(20)}/{offset.zfill(20)}/{str(record_id).zfill(20)}"
     if source_position.isdigit():
         return pad_position(int(source_position), record_id)
     return pad_position(source_position, record_id)
