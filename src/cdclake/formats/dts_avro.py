@@ -575,11 +575,32 @@ class DtsAvro(Format):
             tail, pos = self._tail_at(data, pos, source_type)
         layout = tail.layout
         types = [] if layout is None else list(layout.types)
-        if data[pos] == 0:
+        # _image's first try inlined for both images: the layout's compiled reader (once _image made it)
+        reader = None if layout is None else layout.reader
+        generic = self._value
+        read = None
+        b = data[pos]
+        if b == 4 and reader is not None:
+            try:
+                read = reader(data, pos + 1, types, generic)
+            except Exception:  # _image's generic reader names the problem
+                read = None
+        if read is not None:
+            before, pos = read
+        elif b == 0:
             before, pos = None, pos + 1
         else:
             before, pos = self._image(data, pos, "beforeImages", layout, types)
-        if data[pos] == 0:
+        read = None
+        b = data[pos]
+        if b == 4 and reader is not None:
+            try:
+                read = reader(data, pos + 1, types, generic)
+            except Exception:
+                read = None
+        if read is not None:
+            after, pos = read
+        elif b == 0:
             after, pos = None, pos + 1
         else:
             after, pos = self._image(data, pos, "afterImages", layout, types)
@@ -1232,8 +1253,8 @@ def _position(source_position: str, record_id: int) -> str:
     offset, at, file = source_position.partition("@")
     if at and offset.isdigit() and file.isdigit() and source_position.isascii() and len(source_position) < 40:
         # MySQL <offset>@<binlog file number>: pad_position(file, offset, id), written out because it is hot
-        # (padding the digits equals padding their number: leading zeros do not change the order)
-        # (str().zfill() pads an int as format "020d" does, sign first, at a fraction of the cost)
+        # (padding the digits equals padding their number: leading zeros do not change the order; and
+        # str().zfill() pads an int as format "020d" does, sign first, at a fraction of the cost)
         return f"{file.zfill(20)}/{offset.zfill(20)}/{str(record_id).zfill(20)}"
     if source_position.isdigit():
         return pad_position(int(source_position), record_id)
