@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.sinks.base import Sink
 from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
 from cdclake.sources import files, kafka
 from cdclake.spark import changelog as CL
@@ -73,7 +72,7 @@ Progress = Callable[[BatchReport], None]
 class BatchApplier:
     """Applies one micro-batch of records of one source: the body of ``foreachBatch``."""
 
-    def __init__(self, spark: SparkSession, source: SourceConfig, sink: DeltaSink, base_version: int,
+    def __init__(self, spark: SparkSession, source: SourceConfig, sink: Sink, base_version: int,
                  progress: Progress | None, partitions: list[tuple[str, int]] | None = None) -> None:
         self.spark, self.source, self.sink = spark, source, sink
         self.base_version = base_version
@@ -271,7 +270,7 @@ def _max_offsets(records: DataFrame) -> dict[str, int]:
     return {f"{r['topic']}:{r['partition']}": r["offset"] for r in rows}
 
 
-def _base_version(checkpoint: str, sink: DeltaSink) -> int:
+def _base_version(checkpoint: str, sink: Sink) -> int:
     """Batch ids restart at 0 with a new checkpoint; lake versions must only grow, so a new checkpoint
     starts after the last batch the lake has seen."""
     marker = os.path.join(checkpoint, "cdclake.json")
@@ -327,7 +326,7 @@ class _LakeReports:
     """Batch reports read back from the lake's progress rows (for Spark Connect, whose foreachBatch runs on
     the server), handed to ``progress`` as they appear."""
 
-    def __init__(self, sink: DeltaSink, source: str, first_batch: int, progress: Progress | None) -> None:
+    def __init__(self, sink: Sink, source: str, first_batch: int, progress: Progress | None) -> None:
         self.sink, self.source, self.next_batch, self.progress = sink, source, first_batch, progress
         self.reports: list[BatchReport] = []
 
@@ -409,7 +408,7 @@ def _file_records(spark: SparkSession, source: SourceConfig, config: PipelineCon
 
 
 def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig,
-                   sink: DeltaSink) -> tuple[DataFrame, Any]:
+                   sink: Sink) -> tuple[DataFrame, Any]:
     """A Kafka source's record stream, starting where the lake says this source stopped. Spark's checkpoint,
     when it has one, says the same or repeats a batch the lake skips; when it is new or lost, the starting
     offsets given here are the lake's: the next offset after the last one applied, per partition (partitions
@@ -423,7 +422,7 @@ def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineCo
         missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
         if missing and not config.follow:
             raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic {', '.join(missing)}")
-        applied = kafka.flatten(_lake_offsets(sink))
+        applied = kafka.flatten(sink.applied_offsets())
         fresh = [tp for tp in partitions if tp not in applied]
         start = {**kafka.flatten(client.resolve(kafka.parse_start(source.starting_offsets), fresh)),
                  **{tp: o for tp, o in applied.items() if tp in set(partitions)}}
@@ -452,20 +451,3 @@ def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineCo
         raise
     return records, target
 
-
-def _lake_offsets(sink: DeltaSink) -> kafka.Offsets:
-    """The next offset to read per Kafka partition by the lake's own record: one past the highest offset of
-    every batch this source has committed (a batch's progress row names the partitions it read)."""
-    try:
-        table = DeltaTable(sink.internal_uri("progress"), storage_options=sink.storage_options)
-    except TableNotFoundError:
-        return {}
-    rows = table.to_pyarrow_table(columns=["offsets"], filters=[("pipeline", "=", sink.pipeline)])
-    seen: dict[tuple[str, int], int] = {}
-    for text in rows.column("offsets").to_pylist():
-        for where, offset in json.loads(text or "{}").items():
-            topic, _, partition = where.rpartition(":")
-            if partition.isdigit() and offset is not None:
-                key = (topic, int(partition))
-                seen[key] = max(seen.get(key, -1), int(offset))
-    return kafka.nest({tp: offset + 1 for tp, offset in seen.items()})

@@ -73,7 +73,7 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class DeltaSink:
+class DeltaSink:  # implements sinks.base.Sink
     def __init__(self, lake: str, pipeline: str, storage_options: dict[str, str] | None = None,
                  tombstone_retention_hours: float = 168.0) -> None:
         self.lake = lake.rstrip("/")
@@ -133,6 +133,22 @@ class DeltaSink:
         rows = read_table(table)
         rows = rows.filter(pc.and_(pc.equal(rows["pipeline"], self.pipeline), pc.greater_equal(rows["batch"], batch)))
         return rows.sort_by("batch").to_pylist()
+
+    def applied_offsets(self) -> dict[str, dict[int, int]]:
+        """The next Kafka offset to read per topic and partition by the lake's own record: one past the highest
+        offset of every batch this pipeline has committed (a batch's progress row names what it read)."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return {}
+        rows = table.to_pyarrow_table(columns=["offsets"], filters=[("pipeline", "=", self.pipeline)])
+        seen: dict[str, dict[int, int]] = {}
+        for text in rows.column("offsets").to_pylist():
+            for where, offset in json.loads(text or "{}").items():
+                topic, _, partition = where.rpartition(":")
+                if partition.isdigit() and offset is not None:
+                    mine = seen.setdefault(topic, {})
+                    mine[int(partition)] = max(mine.get(int(partition), -1), int(offset) + 1)
+        return seen
 
     def written_tables(self) -> set[tuple[str, str]]:
         """Every table this pipeline's batches have changed, by its progress rows."""
