@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake import workload
+from cdclake import formats, workload
 from cdclake.lakecheck import differences as lake_differences
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -106,3 +106,59 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(broker, tmp_path):
     problems = lake_differences(str(lake), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)
     print(f"{kills} kills ({after_a_batch} after a batch) and a final run: {elapsed:.0f}s")
+
+
+def test_sigkill_with_every_format_in_one_pipeline(broker, tmp_path):
+    """Every registered format as one source of a single pipeline (sources run one after another), killed at
+    random moments at least ten times: each kill lands in whichever format's batches were running."""
+    from tests.kafka.test_pipeline_kafka import _generate
+
+    rng = random.Random(20261122)
+    lake = tmp_path / "lake"
+    sources, expected, keys, counts = [], {}, {}, {}
+    for index, name in enumerate(formats.names()):
+        profile = workload.profile_for(name, {})
+        generated, decode = _generate(name, {}, tmp_path / name, 400, 3 if profile.ordered else 1,
+                                      0.1 if profile.replay_safe else 0.0, broker.topic(1, f"k{index}"),
+                                      databases=(f"db{index}",))  # one database per format: tables apart
+        broker.publish(generated.records, 3 if profile.ordered else 1)
+        topics = sorted({r.topic for r in generated.records})
+        options = "".join(f'"{k}" = "{v}", ' for k, v in decode.items()).rstrip(", ")
+        sources.append(f'[[source]]\nname = "{name}"\nformat = "{name}"\nkafka = "{broker.servers}"\n'
+                       f"topics = {topics!r}\nmax_records_per_batch = {BATCH}\noptions = {{ {options} }}\n")
+        counts[f"crash.{name}"] = len(generated.records)
+        expected[name], keys[name] = generated.expected, generated.key_names
+    (tmp_path / "PIPELINE.toml").write_text(f'name = "crash"\nlake = "{lake}"\n\n' + "\n".join(sources))
+    command = [sys.executable, "-m", "cdclake", "run", str(tmp_path / "PIPELINE.toml")]
+    log = tmp_path / "runs.log"
+    kills, after_a_batch = 0, 0
+    with open(log, "ab") as out:
+        while kills < KILLS:
+            seen = _batches_logged(log)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            # Every other run is killed at a random moment after it applied a batch (inside a later batch of
+            # the same or the next format's source), the others at a random moment, mostly during start-up.
+            if kills % 2 == 1 and _wait_for_a_batch(process, log, seen, 240):
+                time.sleep(rng.uniform(0.0, 8.0))
+            elif kills % 2 == 0:
+                time.sleep(rng.uniform(2.0, 20.0))
+            if process.poll() is not None:
+                assert process.returncode == 0, log.read_text()[-3000:]
+                break
+            _kill(process)
+            kills += 1
+            after_a_batch += _batches_logged(log) > seen
+        final = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=900, check=False)
+    assert final.returncode == 0, log.read_text()[-3000:]
+    assert kills >= KILLS, f"the run finished after {kills} kills: give it more records"
+    assert after_a_batch >= 3, f"only {after_a_batch} of {kills} runs applied a batch before being killed"
+    progress = DeltaTable(str(lake / "_cdclake" / "progress")).to_pyarrow_table(
+        columns=["pipeline", "batch", "records"]).to_pylist()
+    assert len({p["pipeline"] for p in progress}) == len(counts)  # every format's source applied batches
+    for pipeline_id, records in counts.items():
+        mine = [p for p in progress if p["pipeline"] == pipeline_id]
+        assert len({p["batch"] for p in mine}) == len(mine), pipeline_id  # no batch recorded twice
+        assert sum(p["records"] for p in mine) == records, pipeline_id  # every record exactly once
+    for name in formats.names():
+        problems = lake_differences(str(lake), expected[name], keys[name])
+        assert not problems, f"{name}:\n" + "\n".join(problems)

@@ -35,14 +35,14 @@ def _ids(cases: list[tuple[str, dict]]) -> list[str]:
 
 
 def _generate(name: str, options: dict, root: Path, events: int, partitions: int, replays: float,
-              prefix: str) -> tuple[workload.Generated, dict]:
+              prefix: str, **settings) -> tuple[workload.Generated, dict]:
     """A workload in this format, its records renamed onto topics no other test uses; and the options the
     decoder needs."""
     options = dict(options)
     if "registry" in {o.name for o in formats.get(name).options}:
         options["registry"] = str(root / "registry")
     generated = workload.generate(name, events=events, tables=3, seed=11, options=options, partitions=partitions,
-                                  replays=replays)
+                                  replays=replays, **settings)
     for record in generated.records:
         record.topic = f"{prefix}.{record.topic}"
     decode = {k: v for k, v in options.items() if k not in ENCODER_ONLY and k in {o.name for o in
