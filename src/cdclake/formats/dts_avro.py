@@ -539,12 +539,16 @@ class DtsAvro(Format):
         else:
             raw, pos = _bytes(data, pos)
         source_position = raw.decode("utf-8")
-        for _ in range(2):  # safeSourcePosition, sourceTxid
-            c = data[pos]
-            if c < 0x80 and not c & 1:
-                pos += 1 + (c >> 1)
-            else:
-                _, pos = _bytes(data, pos)
+        c = data[pos]  # safeSourcePosition
+        if c < 0x80 and not c & 1:
+            pos += 1 + (c >> 1)
+        else:
+            _, pos = _bytes(data, pos)
+        c = data[pos]  # sourceTxid
+        if c < 0x80 and not c & 1:
+            pos += 1 + (c >> 1)
+        else:
+            _, pos = _bytes(data, pos)
         # source (type and version) is the same in every record of a stream
         seen, source_type = self._source
         if data.startswith(seen, pos):
