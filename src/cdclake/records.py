@@ -15,7 +15,6 @@ A file is a captured-records file when its first non-empty line is a JSON object
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -47,28 +46,27 @@ class Record(msgspec.Struct, kw_only=True):
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
 
-class _Captured(msgspec.Struct):
+class Captured(msgspec.Struct):
+    """A captured-records line as read: Record's fields, with the members the file format requires required
+    (msgspec turns the base64 text into bytes, validating it)."""
+
     topic: str
     partition: int
     offset: int
-    value: str | None
-    key: str | None = None
+    value: bytes | None
+    key: bytes | None = None
     timestamp: int | None = None
-    headers: list[tuple[str, str | None]] = msgspec.field(default_factory=list)
+    headers: list[tuple[str, bytes | None]] = msgspec.field(default_factory=list)
 
 
 class RecordFileError(ValueError):
     pass
 
 
-_captured_decoder = msgspec.json.Decoder(_Captured)
+_captured_decoder = msgspec.json.Decoder(Captured)
+_captured_array_decoder = msgspec.json.Decoder(list[Captured])
 _encoder = msgspec.json.Encoder()
 _CAPTURED_MEMBERS = (b'"topic"', b'"partition"', b'"offset"', b'"value"')
-
-
-def _unb64(text: str | None) -> bytes | None:
-    # binascii's strict mode checks what b64decode(validate=True) checks, several times faster.
-    return None if text is None else binascii.a2b_base64(text, strict_mode=True)
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -83,11 +81,20 @@ def is_captured_line(line: bytes) -> bool:
 def parse_captured_line(line: bytes) -> Record:
     try:
         c = _captured_decoder.decode(line)
-        headers = [(name, _unb64(value)) for name, value in c.headers]
-        return Record(topic=c.topic, partition=c.partition, offset=c.offset, timestamp=c.timestamp,
-                      key=_unb64(c.key), value=_unb64(c.value), headers=headers)
-    except (msgspec.DecodeError, binascii.Error) as exc:
+    except msgspec.DecodeError as exc:
         raise RecordFileError(f"not a captured record: {exc}") from exc
+    return Record(topic=c.topic, partition=c.partition, offset=c.offset, timestamp=c.timestamp, key=c.key,
+                  value=c.value, headers=list(c.headers))
+
+
+def parse_captured_lines(lines: list[bytes]) -> list[Captured] | None:
+    """Many captured-records lines in one parse (several times faster than one parse per line), or None
+    when any of them is not a captured record: the caller then reads them one by one to say which."""
+    try:
+        parsed = _captured_array_decoder.decode(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        return None
+    return parsed if len(parsed) == len(lines) else None  # a line holding two objects is no record
 
 
 def captured_line(record: Record) -> bytes:

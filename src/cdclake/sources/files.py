@@ -18,9 +18,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdclake.records import Record, RecordFileError, is_captured_line, parse_captured_line
+from cdclake.records import (
+    Captured,
+    Record,
+    RecordFileError,
+    is_captured_line,
+    parse_captured_line,
+    parse_captured_lines,
+)
 
 UNREADABLE_HEADER = "__cdclake.unreadable"
+BATCH_ROWS = 20_000
 
 RECORD_ARROW = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -114,34 +122,35 @@ def partitions(path: str) -> list[tuple[str, int]]:
 def read_segment(name: str, first: int, stop: int, complete_only: bool = False) -> Iterator[pa.RecordBatch]:
     with open(name, "rb") as handle:
         lines = _lines(handle.read(), complete_only)[first:stop]
-    topic = Path(name).name
-    captured: bool | None = None
-    rows: list[Record] = []
-    for index, raw in enumerate(lines, start=first):
-        line = raw.rstrip(b"\r")
-        if not line.strip():
-            continue
-        if captured is None:
-            captured = is_captured_line(line)
-        if not captured:
-            rows.append(Record(value=line, topic=topic, offset=index))
-            continue
-        try:
-            rows.append(parse_captured_line(line))
-        except RecordFileError as exc:
-            rows.append(Record(value=line, topic=topic, offset=index,
-                               headers=[(UNREADABLE_HEADER, f"{name}:{index + 1}: {exc}".encode())]))
-        if len(rows) >= 20_000:
-            yield records_to_arrow(rows)
-            rows = []
-    if rows:
-        yield records_to_arrow(rows)
+    numbered = [(index, line) for index, raw in enumerate(lines, start=first)
+                if (line := raw.rstrip(b"\r")).strip()]
+    if not numbered:
+        return
+    if not is_captured_line(numbered[0][1]):
+        topic = Path(name).name
+        for start in range(0, len(numbered), BATCH_ROWS):
+            yield records_to_arrow([Record(value=line, topic=topic, offset=index)
+                                    for index, line in numbered[start:start + BATCH_ROWS]])
+        return
+    for start in range(0, len(numbered), BATCH_ROWS):
+        chunk = numbered[start:start + BATCH_ROWS]
+        parsed = parse_captured_lines([line for _, line in chunk])
+        yield records_to_arrow(parsed if parsed is not None else [_captured_or_unreadable(name, *n) for n in chunk])
+
+
+def _captured_or_unreadable(name: str, index: int, line: bytes) -> Record:
+    try:
+        return parse_captured_line(line)
+    except RecordFileError as exc:
+        # Kept as a record, so that it reaches the dead letters with the reason instead of vanishing.
+        return Record(value=line, topic=Path(name).name, offset=index,
+                      headers=[(UNREADABLE_HEADER, f"{name}:{index + 1}: {exc}".encode())])
 
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
 
-def records_to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
+def records_to_arrow(records: Sequence[Record] | Sequence[Captured]) -> pa.RecordBatch:
     offsets, names, values = [0], [], []
     for r in records:
         for name, value in r.headers:
