@@ -5,7 +5,7 @@ record comes out accounted for: as its events (``status = 'event'``), as a dead 
 bytes and reason (``'failed'``), or as ``'skipped'`` when it carries no change by design (a tombstone,
 a heartbeat). Row images and column lists travel as JSON text (``before``, ``after``, ``columns``):
 building nested Arrow values in Python costs more than the decoding itself, while Spark parses JSON in
-the JVM when the planner needs it (``AFTER_MAP``, ``COLUMNS_TYPE``). Values are typed later per table.
+the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per table.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
-from cdclake.events import UNKNOWN_TYPE, ChangeEvent, Row
+from cdclake.events import UNKNOWN_TYPE, ChangeEvent, Row, Source
 from cdclake.formats.base import Format
 from cdclake.records import Record
 
@@ -27,7 +28,6 @@ RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset 
                  "timestampType int, headers array<struct<key:string,value:binary>>")
 
 AFTER_MAP = "map<string,string>"
-COLUMNS_TYPE = "array<struct<name:string,type:string,key:boolean,nullable:boolean>>"
 CHANGELOG_ARROW = pa.schema([
     ("status", pa.string()), ("kind", pa.string()), ("op", pa.string()),
     ("database", pa.string()), ("table", pa.string()),
@@ -78,97 +78,138 @@ def _image_json(image: Row | None, untyped: bool) -> str | None:
     return _json.encode(image).decode()
 
 
-class _ColumnsJson(dict[int, tuple[Any, str, bool]]):
-    """Column lists as JSON (and whether a column lacks a type), once per list: a format hands the same
-    list to every event of a schema."""
+class _Layout(msgspec.Struct):
+    """What the changelog needs of a column list, worked out once per list: a format hands the same list
+    to every event of a schema."""
 
-    def of(self, columns: list[Any] | None) -> tuple[str | None, bool]:
-        if columns is None:
-            return None, True
-        cached = self.get(id(columns))
-        if cached is None or cached[0] is not columns:
-            untyped = any(c.type == UNKNOWN_TYPE for c in columns)
-            cached = (columns, _json.encode(columns).decode(), untyped)
-            self[id(columns)] = cached
-        return cached[1], cached[2]
+    columns: list[Any] | None  # held so that its id is not reused while cached
+    text: str | None
+    untyped: bool
+    key_names: list[str]
 
 
-def _empty_columns() -> dict[str, list[Any]]:
-    return {name: [] for name in CHANGELOG_ARROW.names}
+class _Layouts(dict[int, _Layout]):
+    def of(self, columns: list[Any] | None) -> _Layout:
+        layout = self.get(id(columns))
+        if layout is None or layout.columns is not columns:
+            if columns is None:
+                layout = _Layout(None, None, True, [])
+            else:
+                layout = _Layout(columns, _json.encode(columns).decode(),
+                                 any(c.type == UNKNOWN_TYPE for c in columns), [c.name for c in columns if c.key])
+            self[id(columns)] = layout
+        return layout
 
 
-def _event_rows(out: dict[str, list[Any]], event: ChangeEvent, seq: int, columns_json: _ColumnsJson) -> None:
-    names = key_names(event)
-    columns_text, untyped = columns_json.of(event.columns)
-    if event.key is not None and names is not None and all(n in event.key for n in names):
-        key = _json.encode([event.key[n] for n in names]).decode()
-    else:
-        key = key_text(names, event.after if event.after is not None else event.before)
-    source = event.source
-    checksum = event.checksum
-    values = {
-        "status": "event", "kind": event.kind, "op": event.op, "database": event.database,
-        "table": event.table, "key": key,
-        "before_key": key_text(names, event.before) if event.after is not None else None,
-        "before": _image_json(event.before, untyped), "after": _image_json(event.after, untyped),
-        "columns": columns_text,
-        "commit_ts": event.commit_ts, "position": event.position, "ts_ms": event.ts_ms, "ddl": event.ddl,
-        "checksum_ok": checksum.ok if checksum else None,
-        "checksum_expected": checksum.expected if checksum else None,
-        "checksum_actual": checksum.actual if checksum else None,
-        "topic": source.topic if source else None, "partition": source.partition if source else None,
-        "offset": source.offset if source else None, "seq": seq,
-        "error": None, "raw_key": None, "raw_value": None, "format": source.format if source else None,
+def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
+    """The changelog columns of decoded events, built column by column: this runs once per change, so
+    every per-event step that a whole column can do at once is done that way."""
+    layouts = _Layouts()
+    encode = _json.encode
+    keys: list[str | None] = []
+    before_keys: list[str | None] = []
+    befores: list[str | None] = []
+    afters: list[str | None] = []
+    texts: list[str | None] = []
+    seqs: list[int] = []
+    previous: Source | None = None
+    seq = 0
+    for event in events:
+        layout = layouts.of(event.columns)
+        names: list[str] | None = layout.key_names or (list(event.key) if event.key else None)
+        key, before, after = event.key, event.before, event.after
+        if key is not None and names is not None and all(n in key for n in names):
+            keys.append(encode([key[n] for n in names]).decode())
+        else:
+            keys.append(key_text(names, after if after is not None else before))
+        before_keys.append(key_text(names, before) if after is not None else None)
+        if layout.untyped:
+            befores.append(_image_json(before, True))
+            afters.append(_image_json(after, True))
+        else:
+            befores.append(None if before is None else encode(before).decode())
+            afters.append(None if after is None else encode(after).decode())
+        texts.append(layout.text)
+        # An event's rank among the events of its record: a record's events come together, sharing one
+        # Source as a rule (compared by value when a format made one per event).
+        source = event.source
+        same = previous is not None and source is not None and (source is previous or (
+            source.offset == previous.offset and source.partition == previous.partition
+            and source.topic == previous.topic))
+        seq = seq + 1 if same else 0
+        seqs.append(seq)
+        previous = source
+    sources = [e.source or _NO_SOURCE for e in events]
+    checksums = [e.checksum for e in events]
+    return {
+        "status": ["event"] * len(events), "kind": [e.kind for e in events], "op": [e.op for e in events],
+        "database": [e.database for e in events], "table": [e.table for e in events],
+        "key": keys, "before_key": before_keys, "before": befores, "after": afters, "columns": texts,
+        "commit_ts": [e.commit_ts for e in events], "position": [e.position for e in events],
+        "ts_ms": [e.ts_ms for e in events], "ddl": [e.ddl for e in events],
+        "checksum_ok": [c.ok if c else None for c in checksums],
+        "checksum_expected": [c.expected if c else None for c in checksums],
+        "checksum_actual": [c.actual if c else None for c in checksums],
+        "topic": [s.topic for s in sources], "partition": [s.partition for s in sources],
+        "offset": [s.offset for s in sources], "seq": seqs,
+        "format": [s.format or None for s in sources],
     }
-    for name, column in out.items():
-        column.append(values[name])
 
 
-def _record_row(out: dict[str, list[Any]], record: Record, status: str, fmt: str, error: str | None) -> None:
-    values = {"status": status, "topic": record.topic, "partition": record.partition, "offset": record.offset,
-              "seq": 0, "error": error, "raw_key": record.key,
-              "raw_value": record.value if status == "failed" else None, "format": fmt}
-    for name, column in out.items():
-        column.append(values.get(name))
+_NO_SOURCE = Source("")
+
+
+def _record_columns(rows: list[tuple[Record, str, str | None]], fmt: str) -> dict[str, list[Any]]:
+    """The changelog rows of records that failed or carry no change."""
+    return {
+        "status": [status for _, status, _ in rows],
+        "topic": [r.topic for r, _, _ in rows], "partition": [r.partition for r, _, _ in rows],
+        "offset": [r.offset for r, _, _ in rows], "seq": [0] * len(rows),
+        "error": [error for _, _, error in rows], "raw_key": [r.key for r, _, _ in rows],
+        "raw_value": [r.value if status == "failed" else None for r, status, _ in rows],
+        "format": [fmt] * len(rows),
+    }
+
+
+def _batch(columns: dict[str, list[Any]], rows: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(rows, f.type)
+         for f in CHANGELOG_ARROW], schema=CHANGELOG_ARROW)
 
 
 def decode_batch(fmt: Format, records: list[Record]) -> pa.RecordBatch:
     """Decode one batch of records into one changelog batch (plain Python + Arrow; testable alone)."""
     decoded = fmt.decode(records)
-    out = _empty_columns()
-    produced: set[tuple[str, int, int]] = set()
-    columns_json = _ColumnsJson()
-    seq_of: dict[tuple[str, int, int], int] = {}
-    for event in decoded.events:
-        source = event.source
-        coords = (source.topic or "", source.partition or 0, source.offset or 0) if source else ("", 0, 0)
-        seq = seq_of.get(coords, 0)
-        seq_of[coords] = seq + 1
-        produced.add(coords)
-        _event_rows(out, event, seq, columns_json)
-    failed = {id(f.record): f for f in decoded.failures}
-    for record in records:
-        failure = failed.get(id(record))
-        if failure is not None:
-            _record_row(out, record, "failed", fmt.name, failure.reason)
-        elif (record.topic, record.partition, record.offset) not in produced:
-            _record_row(out, record, "skipped", fmt.name, None)
-    return pa.RecordBatch.from_pydict(out, schema=CHANGELOG_ARROW)
+    events = decoded.events
+    out = _batch(_event_columns(events), len(events))
+    seqs = out.column("seq")
+    producing = len(events) - pc.sum(pc.not_equal(seqs, 0)).as_py() if events else 0
+    if producing == len(records) and not decoded.failures and not decoded.skipped:
+        return out  # every record made events (both counts agree): nothing else to account for
+    failed = {id(f.record): f.reason for f in decoded.failures}
+    made = {(s.topic, s.partition, s.offset) for s in (e.source for e in events) if s is not None}
+    rows = [(r, "failed", failed[id(r)]) if id(r) in failed else (r, "skipped", None) for r in records
+            if id(r) in failed or (r.topic, r.partition, r.offset) not in made]
+    return pa.concat_batches([out, _batch(_record_columns(rows, fmt.name), len(rows))])
 
 
 def records_from_arrow(batch: pa.RecordBatch) -> list[Record]:
-    columns = batch.to_pydict()
-    timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist() if "timestamp" in columns else None
-    records = []
-    for i in range(batch.num_rows):
-        headers = columns["headers"][i] if "headers" in columns else None
-        records.append(Record(
-            key=columns["key"][i], value=columns["value"][i], topic=columns["topic"][i],
-            partition=columns["partition"][i], offset=columns["offset"][i],
-            timestamp=None if timestamps is None or timestamps[i] is None else timestamps[i] // 1000,
-            headers=[(h["key"], h["value"]) for h in headers] if headers else [],
-        ))
-    return records
+    n = batch.num_rows
+    names = batch.schema.names
+    timestamps: list[int | None] = [None] * n
+    if "timestamp" in names:
+        timestamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    headers: list[list[tuple[str, bytes | None]]] = [[] for _ in range(n)]
+    if "headers" in names:
+        column = batch.column("headers")
+        if pc.sum(pc.list_value_length(column)).as_py():
+            headers = [[(h["key"], h["value"]) for h in row] if row else [] for row in column.to_pylist()]
+    return [Record(key=key, value=value, topic=topic, partition=partition, offset=offset, timestamp=ts,
+                   headers=h)
+            for key, value, topic, partition, offset, ts, h in zip(
+                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(), timestamps, headers, strict=True)]
 
 
 def decode(records: DataFrame, format_name: str, options: dict[str, str] | None = None) -> DataFrame:
