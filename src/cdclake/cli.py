@@ -163,10 +163,12 @@ def run(
         stopped = f" STOPPED {report.stopped}" if report.stopped else ""
         if report.consistent_ts is not None:
             stopped += f", {report.held} held, consistent up to commit_ts {report.consistent_ts}"
+        where = (f" (read+decode+plan {report.plan_seconds:.1f}s, apply {report.apply_seconds:.1f}s)"
+                 if report.plan_seconds else "")
         typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
                    f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
-                   f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{stopped}",
-                   err=True)
+                   f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{where}"
+                   f"{stopped}", err=True)
 
     from cdclake.sources.kafka import KafkaSourceError
 

@@ -55,6 +55,8 @@ class BatchReport:
     held: int = 0  # consistency = "resolved-ts": changes waiting for every partition's resolved ts
     consistent_ts: int | None = None
     seconds: float = 0.0
+    plan_seconds: float = 0.0  # reading, decoding and planning (Spark jobs)
+    apply_seconds: float = 0.0  # typing the net changes and writing them to the tables
     stopped: dict[str, str] = field(default_factory=dict)
 
 
@@ -107,18 +109,22 @@ class BatchApplier:
         started = time.monotonic()
         batch = self.base_version + batch_id
         report = BatchReport(self.source.name, batch)
-        records = records.persist()
+        consistent = self.source.consistency == "resolved-ts"
+        if consistent:
+            records = records.persist()  # read again for the raw bytes of the changes it holds
         log = CL.decode(records, self.source.format, self.source.options).persist()
         raw = records.select("topic", "partition", "offset", "key", "value")
         held: DataFrame | None = None
         try:
-            if self.source.consistency == "resolved-ts":
+            if consistent:
                 log, held, raw = self._release(records, log, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
+            report.plan_seconds = time.monotonic() - started
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
-            report.records = records.count()
+            # Held changes come back in a later batch's changelog: count this batch's records themselves.
+            report.records = records.count() if consistent else plan.records
             step = 0
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
@@ -137,6 +143,7 @@ class BatchApplier:
                 except TableStopped as exc:
                     stopped_now[name] = str(exc)
                     self.stopped[label] = str(exc)
+            report.apply_seconds = time.monotonic() - started - report.plan_seconds
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
             if held is not None:
@@ -156,7 +163,7 @@ class BatchApplier:
                 "deleted": report.deleted, "duration_s": report.seconds, "dead_letters": report.dead_letters,
                 "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
                            for (d, t), seq in plan.last_seq.items()},
-                "offsets": _max_offsets(records),
+                "offsets": _max_offsets(records) if consistent else plan.offsets,
                 "partition_ts": plan.partition_ts,
                 "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
                 "held_batch": batch if report.held else None, "held": report.held,
@@ -170,7 +177,8 @@ class BatchApplier:
             log.unpersist()
             if held is not None:
                 held.unpersist()
-            records.unpersist()
+            if consistent:
+                records.unpersist()
         self.summary.batches.append(report)
         if self.progress:
             self.progress(report)

@@ -9,16 +9,18 @@ segments, applied in order with the DDL between them.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from cdclake import ddl as DDL
 from cdclake import types as T
 from cdclake.events import Column
-from cdclake.spark.changelog import AFTER_MAP, COLUMNS_TYPE
+from cdclake.spark.changelog import AFTER_MAP
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
@@ -53,6 +55,8 @@ class BatchPlan:
     counts: dict[str, int]
     last_seq: dict[TableName, str]
     partition_ts: dict[str, int]
+    records: int  # the records behind the changelog (each has one row with seq 0)
+    offsets: dict[str, int]  # the last offset per "topic:partition"
 
 
 # A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything
@@ -61,6 +65,11 @@ class BatchPlan:
 SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '0'), '/', "
        "CASE WHEN commit_ts IS NULL THEN concat('~', lpad(cast(offset AS STRING), 20, '0')) "
        "ELSE coalesce(position, '') END)")
+
+
+# What the net reduction carries on: the lake needs no more of a change.
+_NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "columns", "_cdc_seq", "commit_ts", "position",
+                "ts_ms", "partition", "offset", "seq")
 
 
 def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
@@ -74,8 +83,20 @@ def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
     return expr
 
 
-# The columns an event states together with a value: a type stated for NULL may be a stand-in.
-_VALUED = "filter(columns, c -> after[c.name] IS NOT NULL)"
+def _layout_columns(layout: Row, valued_only: bool = False) -> list[dict]:
+    """A change's column list (JSON text, the same for every change of a schema, so parsed once per layout
+    on the driver rather than per change in Spark); ``valued_only`` keeps the columns the change gives a
+    value, since a type stated for NULL may be a stand-in."""
+    columns = _parse_columns(layout["columns"])
+    if not valued_only:
+        return columns
+    valued = set(layout["valued"] or ())
+    return [c for c in columns if c["name"] in valued]
+
+
+@lru_cache(maxsize=256)
+def _parse_columns(text: str | None) -> list[dict]:
+    return json.loads(text) if text else []
 
 
 def merge_columns(latest_valued: list[dict], valued: list[list[dict]], latest: list[dict],
@@ -175,17 +196,27 @@ def partition_commit_ts(events: DataFrame, carried: dict[str, int]) -> DataFrame
 
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
-    counts = {row["status"]: row["count"] for row in changelog.groupBy("status").count().collect()}
-    events = (changelog.filter(F.col("status") == "event")
-              .withColumn("after", F.from_json("after", AFTER_MAP))
-              .withColumn("columns", F.from_json("columns", COLUMNS_TYPE)))
+    # One pass over the changelog for everything the batch reports and keeps per partition.
+    summary = (changelog.groupBy("topic", "partition", "status")
+               .agg(F.count(F.lit(1)).alias("rows"), F.count_if(F.col("seq") == 0).alias("records"),
+                    F.max("offset").alias("offset"), F.max("commit_ts").alias("ts"),
+                    F.count_if(F.col("commit_ts").isNull()).alias("untimed"))
+               .collect())
+    counts: dict[str, int] = defaultdict(int)
+    offsets: dict[str, int] = {}
     partition_ts: dict[str, int] = dict(carried_ts or {})
-    if events.filter(F.col("commit_ts").isNull()).limit(1).count():
+    for r in summary:
+        counts[r["status"]] += r["rows"]
+        coords = f"{r['topic']}:{r['partition']}"
+        if r["offset"] is not None:
+            offsets[coords] = max(offsets.get(coords, r["offset"]), r["offset"])
+    events = changelog.filter(F.col("status") == "event")
+    if any(r["status"] == "event" and r["untimed"] for r in summary):
         events = partition_commit_ts(events, partition_ts)
     else:
         events = events.withColumn("_partition_ts", F.lit(None).cast("long"))
-    for r in events.groupBy("topic", "partition").agg(F.max("commit_ts").alias("ts")).collect():
-        if r["ts"] is not None:
+    for r in summary:
+        if r["status"] == "event" and r["ts"] is not None:
             coords = f"{r['topic']}:{r['partition']}"
             partition_ts[coords] = max(partition_ts.get(coords, 0), r["ts"])
     events = events.withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts")
@@ -207,16 +238,19 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     rows = events.filter(F.col("kind") == "row").withColumn("segment", _segment_expr(ddls))
     moved = rows.filter((F.col("op") == "u") & F.col("before_key").isNotNull() & (F.col("before_key") != F.col("key")))
     rows = rows.unionByName(moved.withColumn("key", F.col("before_key")).withColumn("op", F.lit("d"))
-                            .withColumn("after", F.lit(None).cast("map<string,string>")))
+                            .withColumn("after", F.lit(None).cast("string")))
     latest_first = Window.partitionBy("database", "table", "segment", "key").orderBy(
         F.desc("_cdc_seq"), F.desc("partition"), F.desc("offset"), F.desc("seq"))
-    net = rows.withColumn("_rank", F.row_number().over(latest_first)).filter("_rank = 1").drop("_rank")
-    net = net.persist()
+    # Images are parsed after the reduction to net changes: only the changes that reach the lake pay for it.
+    net = (rows.select(*_NET_COLUMNS).withColumn("_rank", F.row_number().over(latest_first))
+           .filter("_rank = 1").drop("_rank")
+           .withColumn("after", F.from_json("after", AFTER_MAP))
+           .withColumn("valued", F.map_keys(F.map_filter("after", lambda _, value: value.isNotNull())))
+           .persist())
 
+    layout = F.struct("columns", "valued")
     groups = (net.groupBy("database", "table", "segment")
-              .agg(F.max_by(F.expr(_VALUED), "_cdc_seq").alias("latest_valued"),
-                   F.collect_set(F.expr(_VALUED)).alias("valued"),
-                   F.max_by("columns", "_cdc_seq").alias("latest"), F.collect_set("columns").alias("all"),
+              .agg(F.max_by(layout, "_cdc_seq").alias("latest"), F.collect_set(layout).alias("layouts"),
                    F.max("_cdc_seq").alias("last"))
               .collect())
     last_seq: dict[TableName, str] = {}
@@ -224,7 +258,11 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         name = (g["database"] or "", g["table"] or "")
         part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
                           & (F.col("segment") == g["segment"]))
-        columns, nulls_only = infer_types(part, merge_columns(g["latest_valued"], g["valued"], g["latest"], g["all"]))
+        layouts = sorted(g["layouts"], key=lambda lay: (lay["columns"] or "", lay["valued"] or []))
+        merged = merge_columns(_layout_columns(g["latest"], valued_only=True),
+                               [_layout_columns(lay, valued_only=True) for lay in layouts],
+                               _layout_columns(g["latest"]), [_layout_columns(lay) for lay in layouts])
+        columns, nulls_only = infer_types(part, merged)
         steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns), nulls_only))
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
     for name, table_steps in steps.items():
@@ -237,7 +275,8 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     dead = changelog.filter(F.col("status") == "failed").select(
         "topic", "partition", "offset", F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
         "format", F.col("error").alias("reason"))
-    return BatchPlan(dict(steps), _order_tables(steps), dead, counts, last_seq, partition_ts)
+    return BatchPlan(dict(steps), _order_tables(steps), dead, dict(counts), last_seq, partition_ts,
+                     sum(r["records"] for r in summary), offsets)
 
 
 def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
