@@ -15,10 +15,10 @@ import argparse
 import datetime as dt
 import os
 import platform
-import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,8 +38,7 @@ TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "ti
 def _data(root: Path, events: int, keys: int) -> workload.Generated:
     options = {"flavour": "tidb"}
     generated = workload.generate("canal-json", events=events, tables=1, seed=3, options=options, types=TYPES,
-                                  partitions=2, key_change_rate=0.0, max_txn_rows=1, ddl_rate=0.0)
-    del keys  # the simulator keeps inserting new keys until about a third of the changes are updates/deletes
+                                  partitions=2, key_change_rate=0.0, max_txn_rows=1, ddl_rate=0.0, max_keys=keys)
     workload.write_generated(root, generated)
     return generated
 
@@ -56,14 +55,15 @@ def _force(df) -> None:
 def compare_decoders(spark, records_dir: Path) -> tuple[float, float, int]:
     from pyspark.sql import functions as F
 
-    records = spark.read.format("cdclake-files").option("path", str(records_dir)).load().select("value").cache()
+    # Both decoders start from the same records, cached in Spark beforehand: reading the files is not compared.
+    records = spark.read.format("cdclake-files").option("path", str(records_dir)).load().cache()
     n = records.count()
     schema = ("struct<database:string,table:string,type:string,isDdl:boolean,es:long,ts:long,"
               "pkNames:array<string>,mysqlType:map<string,string>,sqlType:map<string,int>,"
               "data:array<map<string,string>>,old:array<map<string,string>>,_tidb:struct<commitTs:long>>")
     spark_native = (records.select(F.from_json(F.col("value").cast("string"), schema).alias("m"))
                     .select("m.database", "m.table", "m.type", "m._tidb.commitTs", F.explode("m.data").alias("row")))
-    ours = CL.decode(spark.read.format("cdclake-files").option("path", str(records_dir)).load(), "canal-json")
+    ours = CL.decode(records, "canal-json")
     _force(spark_native)  # warm up both paths
     _force(ours)
     started = time.perf_counter()
@@ -84,10 +84,48 @@ def end_to_end(spark, root: Path, lake: Path) -> tuple[float, pipeline.RunSummar
     return time.perf_counter() - started, summary
 
 
-def _peak_mb() -> tuple[float, float]:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return own, children
+class PeakMemory(threading.Thread):
+    """Samples the resident memory of this process and every process under it (the Spark JVM, its Python
+    workers): their sum at its highest, and each kind's own peak."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peaks: dict[str, float] = {"total": 0.0, "driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+        self.running = True
+
+    def run(self) -> None:
+        page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+        while self.running:
+            sizes = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+            for pid, command in _descendants(os.getpid()):
+                try:
+                    with open(f"/proc/{pid}/statm") as statm:
+                        mb = int(statm.read().split()[1]) * page_mb
+                except OSError:
+                    continue
+                kind = "driver" if pid == os.getpid() else "jvm" if "java" in command else "python workers"
+                sizes[kind] += mb
+            for kind, mb in {**sizes, "total": sum(sizes.values())}.items():
+                self.peaks[kind] = max(self.peaks[kind], mb)
+            time.sleep(0.2)
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    name, rest = stat.read().rsplit(")", 1)
+            except OSError:
+                continue
+            parents.setdefault(int(rest.split()[1]), []).append((int(entry), name.split("(", 1)[1]))
+    found, stack = [(root, "python")], [root]
+    while stack:
+        for child in parents.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child[0])
+    return found
 
 
 def write_results(section: str) -> None:
@@ -114,16 +152,21 @@ def main() -> None:
         generated = _data(work / "data", args.events, args.keys)
         simulate_s = time.perf_counter() - started
         keys = sum(len(rows) for rows in generated.expected.values())
+        memory = PeakMemory()
+        memory.start()
         spark = get_session()
         register(spark)
         native_s, ours_s, messages = compare_decoders(spark, work / "data" / workload.RECORDS_DIR)
         e2e_s, summary = end_to_end(spark, work / "data", work / "lake")
-        own_mb, child_mb = _peak_mb()
+        memory.running = False
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     events = summary.total("events")
-    decode_plan = sum(b.seconds for b in summary.batches)
+    inside = sum(b.seconds for b in summary.batches)
+    plan_s = sum(b.plan_seconds for b in summary.batches)
+    apply_s = sum(b.apply_seconds for b in summary.batches)
+    peaks = memory.peaks
     lines = [
         f"## Pipeline ({dt.date.today()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"`benchmarks/pipeline.py --events {args.events}`)",
@@ -140,11 +183,14 @@ def main() -> None:
         f"| end to end: files → Delta current state | {e2e_s:.1f} | {events / e2e_s:,.0f} events/s | "
         "≥ 100,000 events/s |",
         "",
-        f"Batches: {len(summary.batches)}; time inside the batches {decode_plan:.1f} s (decode, plan, MERGE), "
-        f"the rest is Spark's streaming bookkeeping and session start. Rows: +{summary.total('inserted'):,} "
-        f"~{summary.total('updated'):,} -{summary.total('deleted'):,}.",
-        f"Peak memory: driver process {own_mb:,.0f} MiB, largest child (the Spark JVM or a Python worker) "
-        f"{child_mb:,.0f} MiB.",
+        f"Where the time goes: {len(summary.batches)} batches, {inside:.1f} s inside them: reading, decoding and "
+        f"planning (the Spark jobs up to the net changes) {plan_s:.1f} s; typing the net changes and MERGE into "
+        f"Delta {apply_s:.1f} s; dead letters, tombstones and progress {inside - plan_s - apply_s:.1f} s. The "
+        f"other {e2e_s - inside:.1f} s are Spark's streaming bookkeeping between batches. "
+        f"Rows: +{summary.total('inserted'):,} ~{summary.total('updated'):,} -{summary.total('deleted'):,}.",
+        f"Peak resident memory (sampled every 0.2 s): all processes together {peaks['total']:,.0f} MiB; Spark JVM "
+        f"{peaks['jvm']:,.0f} MiB, Python workers together {peaks['python workers']:,.0f} MiB, driver "
+        f"{peaks['driver']:,.0f} MiB.",
     ]
     section = "\n".join(lines)
     print(section)

@@ -109,6 +109,17 @@ def test_run_continues_where_it_stopped():
     assert len(split) >= 2000
 
 
+def test_max_keys_caps_the_live_rows_and_keeps_changing_them():
+    capped = W.Database(seed=5, tables=2, max_keys=40, ddl_rate=0.0)
+    changes = capped.run(5_000)
+    assert 0 < sum(len(rows) for rows in capped.expected().values()) <= 40
+    ops = Counter(e.op for e in changes if e.kind == ROW)
+    assert ops[UPDATE] > 3 * ops[INSERT]  # inserts become updates once a table holds its share
+    free = W.Database(seed=5, tables=2, ddl_rate=0.0)
+    free.run(5_000)
+    assert sum(len(rows) for rows in free.expected().values()) > 40
+
+
 def test_events_are_whole_canonical_changes():
     db = busy(seed=3)
     events = db.run(4000)

@@ -511,13 +511,14 @@ class Database:
     code varchar(32))``, the others ``id bigint``. Non-key columns: one per type of ``types`` (default: the
     profile's types). ``ddl_rate`` is the chance that a transaction is a DDL statement instead (only kinds
     the profile delivers); ``resolved_every`` is the number of transactions between resolved timestamps
-    (when the profile delivers them).
+    (when the profile delivers them). ``max_keys`` caps the live rows over all tables: once a table holds its
+    share, an insert becomes an update, so that a long run keeps changing the same keys.
     """
 
     def __init__(self, *, seed: int = 0, tables: int = 3, profile: Profile = DEFAULT_PROFILE,
                  types: Sequence[str] | None = None, databases: Sequence[str] = ("sim",),
                  ddl_rate: float = 0.002, resolved_every: int = 50, max_txn_rows: int = 8,
-                 key_change_rate: float = 0.05) -> None:
+                 key_change_rate: float = 0.05, max_keys: int | None = None) -> None:
         if tables < 1:
             raise ValueError("a simulated database needs at least one table")
         self.profile = profile
@@ -528,6 +529,7 @@ class Database:
         self.resolved_every = resolved_every if profile.resolved else 0
         self.max_txn_rows = max_txn_rows
         self.key_change_rate = key_change_rate
+        self.max_keys_per_table = None if max_keys is None else max(1, max_keys // tables)
         self.tables: dict[tuple[str, str], _Table] = {}
         self.dropped: list[tuple[str, str]] = []
         self.physical_ms = START_MS
@@ -611,7 +613,8 @@ class Database:
         for _ in range(size):
             table = live[int(r.random() * len(live))]
             roll = r.random()
-            if not table.keys or roll < 0.4:
+            full = self.max_keys_per_table is not None and len(table.keys) >= self.max_keys_per_table
+            if not table.keys or (roll < 0.4 and not full):
                 event = self._insert(table, touched)
             elif roll < 0.85:
                 event = self._update(table, touched)
