@@ -131,6 +131,24 @@ class _Message(msgspec.Struct, kw_only=True, gc=False):
 
 
 _decoder: Final = msgspec.json.Decoder(_Message)
+_tidb_decoder: Final = msgspec.json.Decoder(_Tidb | None)
+
+
+def _layout_message_decoder(name: str, row_type: type) -> msgspec.json.Decoder[Any]:
+    """A decoder of a whole row message of one layout, its rows typed by ``row_type``: one pass over the
+    bytes instead of one for the message and one for each of ``data`` and ``old``.
+
+    The rows need lax mode (numbers in strings), which would also loosen the message's own members, so
+    those lax mode could coerce are read as they are written (``es`` and ``isDdl`` as any value, ``_tidb``
+    raw): the caller takes the message only where ``_Message``'s strict types would."""
+    rows = list[row_type] | None  # type: ignore[valid-type]
+    fields = [("data", rows, None), ("database", str | None, None), ("es", Any, None),
+              ("gtid", str | None, None), ("isDdl", Any, None), ("mysqlType", msgspec.Raw, _NULL),
+              ("old", rows, None), ("pkNames", msgspec.Raw, _NULL), ("sql", str | None, None),
+              ("sqlType", msgspec.Raw, _NULL), ("table", str | None, None), ("type", str),
+              ("tidb", msgspec.Raw, msgspec.field(default=_NULL, name="_tidb"))]
+    message = msgspec.defstruct(name, fields, kw_only=True, gc=False)
+    return msgspec.json.Decoder(message, strict=False)
 _type_map_decoder: Final = msgspec.json.Decoder(dict[str, str] | None)
 _code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
 _names_decoder: Final = msgspec.json.Decoder(list[str] | None)
@@ -215,14 +233,22 @@ class _Schema:
     with integers and floats already converted and which refuses columns the layout does not list; the
     remaining non-text columns then go through their converters. Whatever the fast path refuses (extra
     columns, unusual spellings, bad values) takes the slow path: plain text rows converted column by
-    column, which keeps extra columns as text and names the column of a bad value."""
+    column, which keeps extra columns as text and names the column of a bad value.
 
-    __slots__ = ("columns", "convs", "fast", "known", "pk", "post")
+    Once a layout is known, a whole message of it decodes in one pass (``message``), rows included; the
+    layout is recognised by its members as written (``mysqlType``, ``pkNames`` and, when it supplies
+    types, ``sqlType``)."""
+
+    __slots__ = ("codes_raw", "columns", "convs", "fast", "known", "message", "pk", "pk_raw", "post",
+                 "single_key", "types_raw")
 
     def __init__(self, database: str | None, table: str | None, types: dict[str, str], pk: list[str],
-                 timestamp_zone: str | None) -> None:
+                 timestamp_zone: str | None, raw: tuple[msgspec.Raw, msgspec.Raw, msgspec.Raw | None]) -> None:
+        # The raw members are views of one message's bytes, which stay referenced while the schema is.
+        self.types_raw, self.pk_raw, self.codes_raw = raw
         keys = set(pk)
         self.pk = tuple(pk)
+        self.single_key = pk[0] if len(pk) == 1 else None
         self.columns = [Column(name, text or UNKNOWN_TYPE, name in keys) for name, text in types.items()]
         # Key columns the type map does not list are still key columns of the rows.
         self.columns += [Column(name, UNKNOWN_TYPE, True) for name in pk if name not in types]
@@ -241,9 +267,16 @@ class _Schema:
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
         self.post: tuple[tuple[str, Converter], ...] = tuple(post)
         self.fast: msgspec.json.Decoder[Any] | None = None
+        self.message: msgspec.json.Decoder[Any] | None = None
         if fields:
             row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
             self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
+            self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
+
+    def fits(self, msg: _Message) -> bool:
+        """Whether the message has this layout."""
+        return (msg.mysqlType == self.types_raw and msg.pkNames == self.pk_raw
+                and (self.codes_raw is None or msg.sqlType == self.codes_raw))
 
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
@@ -252,13 +285,8 @@ class _Schema:
         if fast is not None:
             try:
                 rows: list[Row] | None = _to_builtins(fast.decode(raw))
-                post = self.post
-                if rows and post:
-                    for row in rows:
-                        for name, f in post:
-                            text = row.get(name)
-                            if text is not None:
-                                row[name] = f(text)
+                if self.post:
+                    self.convert_post(rows)
                 return rows, _NO_NAMES
             except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
                 pass  # the general path says which column and why
@@ -271,6 +299,14 @@ class _Schema:
         known = self.known
         extra = [name for row in texts if not row.keys() <= known for name in row if name not in known]
         return [self.convert(row, self.convs) for row in texts], extra
+
+    def convert_post(self, rows: list[Row] | None) -> None:
+        """Converts, in place, the fast path's rows' values that msgspec leaves as text."""
+        for row in rows or ():
+            for name, f in self.post:
+                text = row.get(name)
+                if text is not None:
+                    row[name] = f(text)
 
     def columns_with(self, extra: list[str]) -> list[Column]:
         """The layout's columns, plus columns rows carry that it does not list (as ``unknown``)."""
@@ -344,6 +380,9 @@ class CanalJson(Format):
 
     # Bounds the converter cache: a producer that changes schemas forever must not grow it forever.
     MAX_SCHEMAS: ClassVar = 4096
+    # After a message the one-pass decode did not fit, the next messages skip it, twice as many per miss in
+    # a row up to this bound: a topic of interleaved tables must not pay a wasted pass per message.
+    MAX_BACKOFF: ClassVar = 64
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -352,11 +391,16 @@ class CanalJson(Format):
             V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
         self._swap: bool = self.settings["dts-legacy-swap"]
         self._compressed = self.settings["compression"] != "none"
-        self._schemas: dict[tuple[str | None, str | None], tuple[Any, Any, Any, _Schema]] = {}
+        self._schemas: dict[tuple[str | None, str | None], _Schema] = {}
+        # The layout of the last row message the general path decoded, tried first on the next ones: a
+        # table's changes tend to come in runs.
+        self._guess: _Schema | None = None
+        self._wait = 0
+        self._backoff = 1
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors rebuild the converter cache; it is not worth shipping.
-        return {**self.__dict__, "_schemas": {}}
+        return {**self.__dict__, "_schemas": {}, "_guess": None}
 
     # ---------------------------------------------------------------------------------------- decoding
 
@@ -394,6 +438,17 @@ class CanalJson(Format):
             except Exception as exc:
                 raise DecodeError(f"value is not {self.settings['compression']}-compressed "
                                   f"({type(exc).__name__}: {exc})") from None
+        guess = self._guess
+        if guess is not None:
+            if self._wait:
+                self._wait -= 1
+            else:
+                got = self._layout_rows(guess, value, record.offset, source)
+                if got is not None:
+                    self._backoff = 1
+                    return got
+                self._wait = self._backoff
+                self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
         try:
             msg = _decoder.decode(value)
         except msgspec.ValidationError as exc:
@@ -434,12 +489,9 @@ class CanalJson(Format):
     def _schema(self, msg: _Message) -> _Schema:
         # Per table, the last layout seen: comparing raw members is cheaper than hashing them.
         name = (msg.database, msg.table)
-        entry = self._schemas.get(name)
-        if entry is not None:
-            raw_types, raw_pk, raw_codes, known = entry
-            if raw_types == msg.mysqlType and raw_pk == msg.pkNames and (raw_codes is None
-                                                                         or raw_codes == msg.sqlType):
-                return known
+        schema = self._schemas.get(name)
+        if schema is not None and schema.fits(msg):
+            return schema
         try:
             types = _type_map_decoder.decode(msg.mysqlType) or {}
             pk = _names_decoder.decode(msg.pkNames) or []
@@ -454,52 +506,71 @@ class CanalJson(Format):
                      for column in dict.fromkeys([*types, *codes])}
         if len(self._schemas) >= self.MAX_SCHEMAS:
             self._schemas.clear()
-        schema = _Schema(msg.database, msg.table, types, pk, self._zone)
-        # The raw members are views of the message bytes: one message per table stays referenced.
-        self._schemas[name] = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType, schema)
+        raw = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType)
+        schema = self._schemas[name] = _Schema(msg.database, msg.table, types, pk, self._zone, raw)
         return schema
 
     def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:
-        database, table = msg.database, msg.table
-        if not table:
+        if not msg.table:
             raise DecodeError(f"{msg.type} message without table")
         tidb = msg.tidb
         if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        # The schema cache's hit test, inlined: this runs once per message.
-        entry = self._schemas.get((database, table))
-        if (entry is not None and entry[0] == msg.mysqlType and entry[1] == msg.pkNames
-                and (entry[2] is None or entry[2] == msg.sqlType)):
-            schema = entry[3]
-        else:
-            schema = self._schema(msg)
-        swap = self._swap
-        # Schema.rows' fast path, inlined: a typed decode of the rows, for a layout whose every value is
-        # converted by msgspec itself; anything it refuses goes to Schema.rows, which says why.
-        fast = schema.fast if not schema.post else None
-        data: list[Row] | None = None
-        extra = _NO_NAMES
-        if fast is None:
-            data, extra = schema.rows(msg.data, "data")
-        else:
-            try:
-                data = _to_builtins(fast.decode(msg.data))
-            except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
-                data, extra = schema.rows(msg.data, "data")
+        schema = self._schema(msg)
+        if schema.message is not None:
+            self._guess = schema
+        data, extra = schema.rows(msg.data, "data")
         old: list[Row] | None = None
-        if op == UPDATE or (op == DELETE and (swap or not data)):
-            old_extra = _NO_NAMES
-            if fast is None:
-                old, old_extra = schema.rows(msg.old, "old")
-            else:
-                try:
-                    old = _to_builtins(fast.decode(msg.old))
-                except (ValueError, ArithmeticError, UnicodeError):
-                    old, old_extra = schema.rows(msg.old, "old")
+        if op == UPDATE or (op == DELETE and (self._swap or not data)):
+            old, old_extra = schema.rows(msg.old, "old")
             if old_extra:
                 extra = extra + old_extra
+        return self._emit(msg, op, tidb, schema, data, old, extra, offset, source)
+
+    def _layout_rows(self, schema: _Schema, value: bytes, offset: int,
+                     source: Source | None) -> list[ChangeEvent] | None:
+        """The events of a row message of ``schema``'s layout, decoded in one pass; ``None`` for any other
+        message and for anything unusual, which the general path then decodes (and reports)."""
+        try:
+            msg = schema.message.decode(value)  # type: ignore[union-attr]
+        except Exception:
+            return None
+        op = _ROW_OPS.get(msg.type)
+        is_ddl, es = msg.isDdl, msg.es
+        # The members _Message types strictly, checked here; and the layout the rows were typed by.
+        if (op is None or not msg.table or not (is_ddl is None or is_ddl is False)
+                or not (es is None or type(es) is int)
+                or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
+                or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
+            return None
+        tidb: _Tidb | None = None
+        if msg.tidb is not _NULL:
+            try:
+                tidb = _tidb_decoder.decode(msg.tidb)
+            except msgspec.DecodeError:
+                return None
+            if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
+                return None
+        data = msg.data
+        old: list[Row] | None = None
+        if op == UPDATE or (op == DELETE and (self._swap or not data)):
+            data, old = _to_builtins((data, msg.old))
+        else:
+            data = _to_builtins(data)
+        if schema.post:
+            try:
+                schema.convert_post(data)
+                schema.convert_post(old)
+            except (ValueError, ArithmeticError, UnicodeError):
+                return None
+        return self._emit(msg, op, tidb, schema, data, old, _NO_NAMES, offset, source)
+
+    def _emit(self, msg: Any, op: str, tidb: _Tidb | None, schema: _Schema, data: list[Row] | None,
+              old: list[Row] | None, extra: list[str], offset: int, source: Source | None) -> list[ChangeEvent]:
+        """The events of a row message whose rows are decoded (``old`` only where the op reads it)."""
+        swap = self._swap
         columns = schema.columns_with(extra) if extra else schema.columns
         if op == DELETE and old and (swap or not data):
             images, partial_images = old, None  # DTS legacy: the deleted row is in old
@@ -514,8 +585,8 @@ class CanalJson(Format):
         if partial_images is not None and len(partial_images) != len(images):
             raise DecodeError(f"UPDATE has {len(images)} data rows but {len(partial_images)} old rows")
         pk = schema.pk
-        single_key = pk[0] if len(pk) == 1 else None
-        es = msg.es
+        single_key = schema.single_key
+        database, table, es = msg.database, msg.table, msg.es
         prefix: str | None = None
         if tidb is not None and tidb.commitTs is not None:
             commit_ts = tidb.commitTs
