@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from functools import partial
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -142,10 +142,12 @@ def _layout_message_decoder(name: str, row_type: type) -> msgspec.json.Decoder[A
     those lax mode could coerce are read as they are written (``es`` and ``isDdl`` as any value, ``_tidb``
     raw): the caller takes the message only where ``_Message``'s strict types would."""
     rows = list[row_type] | None  # type: ignore[valid-type]
+    # A literal type is decoded to the constant itself, whose hash is known: cheaper to look up.
+    kinds = Literal["INSERT", "UPDATE", "DELETE", "INIT"]
     fields = [("data", rows, None), ("database", str | None, None), ("es", Any, None),
               ("gtid", str | None, None), ("isDdl", Any, None), ("mysqlType", msgspec.Raw, _NULL),
               ("old", rows, None), ("pkNames", msgspec.Raw, _NULL), ("sql", str | None, None),
-              ("sqlType", msgspec.Raw, _NULL), ("table", str | None, None), ("type", str),
+              ("sqlType", msgspec.Raw, _NULL), ("table", str | None, None), ("type", kinds),
               ("tidb", msgspec.Raw, msgspec.field(default=_NULL, name="_tidb"))]
     message = msgspec.defstruct(name, fields, kw_only=True, gc=False)
     return msgspec.json.Decoder(message, strict=False)
@@ -537,10 +539,10 @@ class CanalJson(Format):
             msg = schema.message.decode(value)  # type: ignore[union-attr]
         except Exception:
             return None
-        op = _ROW_OPS.get(msg.type)
+        op = _ROW_OPS[msg.type]
         is_ddl, es = msg.isDdl, msg.es
         # The members _Message types strictly, checked here; and the layout the rows were typed by.
-        if (op is None or not msg.table or not (is_ddl is None or is_ddl is False)
+        if (not msg.table or not (is_ddl is None or is_ddl is False)
                 or not (es is None or type(es) is int)
                 or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
                 or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
@@ -555,7 +557,8 @@ class CanalJson(Format):
                 return None
         data = msg.data
         old: list[Row] | None = None
-        if op == UPDATE or (op == DELETE and (self._swap or not data)):
+        swap = self._swap
+        if op == UPDATE or (op == DELETE and (swap or not data)):
             data, old = _to_builtins((data, msg.old))
         else:
             data = _to_builtins(data)
@@ -565,7 +568,35 @@ class CanalJson(Format):
                 schema.convert_post(old)
             except (ValueError, ArithmeticError, UnicodeError):
                 return None
-        return self._emit(msg, op, tidb, schema, data, old, _NO_NAMES, offset, source)
+        if swap or data is None or len(data) != 1 or (old is not None and len(old) != 1):
+            return self._emit(msg, op, tidb, schema, data, old, _NO_NAMES, offset, source)
+        # The usual message, one row: the event _emit would make, made here without its loop and
+        # branches; a missing key column is left to the general path to report.
+        image = data[0]
+        if op == DELETE:
+            before, after = image, None
+        elif old is None:
+            before, after = None, image
+        else:
+            before, after = {**image, **old[0]}, image
+        single_key = schema.single_key
+        try:
+            if single_key is not None:
+                key: Row | None = {single_key: image[single_key]}
+            else:
+                key = {name: image[name] for name in schema.pk} if schema.pk else None
+        except KeyError:
+            return None
+        if tidb is not None and tidb.commitTs is not None:
+            commit_ts, position = tidb.commitTs, _TSO_RANK[op]
+        else:
+            commit_ts = es
+            gtid = msg.gtid
+            txn = "%020d/" % _gtid_number(gtid) if gtid else _NO_TXN  # noqa: UP031
+            position = txn + "%020d/" % offset + _ROW_SUFFIX[0]  # noqa: UP031
+        return [ChangeEvent(kind=ROW, op=op, database=msg.database, table=msg.table, key=key, before=before,
+                            after=after, columns=schema.columns, commit_ts=commit_ts, position=position,
+                            ts_ms=es, source=source)]
 
     def _emit(self, msg: Any, op: str, tidb: _Tidb | None, schema: _Schema, data: list[Row] | None,
               old: list[Row] | None, extra: list[str], offset: int, source: Source | None) -> list[ChangeEvent]:
