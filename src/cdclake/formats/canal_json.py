@@ -100,6 +100,8 @@ _NO_NAMES: Final[list[str]] = []
 _NO_TXN: Final = "0" * 20 + "/"
 _ROW_SUFFIXES: Final = 256
 _ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
+# A message's first row: pad_position(txn, offset, 0) is txn + _FIRST_ROW % offset.
+_FIRST_ROW: Final = "%020d/" + _ROW_SUFFIX[0]
 
 
 class _Tidb(msgspec.Struct, gc=False):
@@ -592,8 +594,7 @@ class CanalJson(Format):
         else:
             commit_ts = es
             gtid = msg.gtid
-            txn = "%020d/" % _gtid_number(gtid) if gtid else _NO_TXN  # noqa: UP031
-            position = txn + "%020d/" % offset + _ROW_SUFFIX[0]  # noqa: UP031
+            position = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + _FIRST_ROW % offset  # noqa: UP031
         return [ChangeEvent(kind=ROW, op=op, database=msg.database, table=msg.table, key=key, before=before,
                             after=after, columns=schema.columns, commit_ts=commit_ts, position=position,
                             ts_ms=es, source=source)]
