@@ -134,6 +134,12 @@ class _Message(msgspec.Struct, kw_only=True, gc=False):
 
 _decoder: Final = msgspec.json.Decoder(_Message)
 _tidb_decoder: Final = msgspec.json.Decoder(_Tidb | None)
+_type_map_decoder: Final = msgspec.json.Decoder(dict[str, str] | None)
+_code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
+_names_decoder: Final = msgspec.json.Decoder(list[str] | None)
+_texts_decoder: Final = msgspec.json.Decoder(list[Texts] | None)
+_encoder: Final = msgspec.json.Encoder()
+_to_builtins: Final = msgspec.to_builtins
 
 
 def _layout_message_decoder(name: str, row_type: type) -> msgspec.json.Decoder[Any]:
@@ -153,12 +159,7 @@ def _layout_message_decoder(name: str, row_type: type) -> msgspec.json.Decoder[A
               ("tidb", msgspec.Raw, msgspec.field(default=_NULL, name="_tidb"))]
     message = msgspec.defstruct(name, fields, kw_only=True, gc=False)
     return msgspec.json.Decoder(message, strict=False)
-_type_map_decoder: Final = msgspec.json.Decoder(dict[str, str] | None)
-_code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
-_names_decoder: Final = msgspec.json.Decoder(list[str] | None)
-_texts_decoder: Final = msgspec.json.Decoder(list[Texts] | None)
-_encoder: Final = msgspec.json.Encoder()
-_to_builtins: Final = msgspec.to_builtins
+
 
 Converter = Callable[[str], Any]
 
@@ -270,17 +271,11 @@ class _Schema:
                            msgspec.field(name=col.name, default=msgspec.UNSET)))
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
         self.post: tuple[tuple[str, Converter], ...] = tuple(post)
+        row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
         self.fast: msgspec.json.Decoder[Any] | None = None
-        self.message: msgspec.json.Decoder[Any] | None = None
         if fields:
-            row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
             self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
-            self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
-
-    def fits(self, msg: _Message) -> bool:
-        """Whether the message has this layout."""
-        return (msg.mysqlType == self.types_raw and msg.pkNames == self.pk_raw
-                and (self.codes_raw is None or msg.sqlType == self.codes_raw))
+        self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
 
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
@@ -338,6 +333,13 @@ class _Schema:
 # alone, and a redelivered copy is recognised as a replay.
 _TSO_RANK: Final = {DELETE: "1", UPDATE: "2", INSERT: "3", READ: "3"}
 
+# The one-pass decode of a row message (by the layout of the last one) is tried while it mostly fits: a fit
+# earns a credit (up to _MAX_CREDIT), a miss (a wasted pass) costs _MISS_COST, and while in debt messages
+# take the general path, each repaying one. A switch between runs of one table's messages then costs one
+# wasted pass, and a topic whose messages interleave layouts tries (and wastes) rarely.
+_MAX_CREDIT: Final = 16
+_MISS_COST: Final = 16
+
 
 def _gtid_number(gtid: str | None) -> int:
     """The transaction number of a MySQL (``uuid:n``) or MariaDB (``domain-server-seq``) GTID; 0 if none."""
@@ -384,9 +386,6 @@ class CanalJson(Format):
 
     # Bounds the converter cache: a producer that changes schemas forever must not grow it forever.
     MAX_SCHEMAS: ClassVar = 4096
-    # After a message the one-pass decode did not fit, the next messages skip it, twice as many per miss in
-    # a row up to this bound: a topic of interleaved tables must not pay a wasted pass per message.
-    MAX_BACKOFF: ClassVar = 64
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -399,8 +398,7 @@ class CanalJson(Format):
         # The layout of the last row message the general path decoded, tried first on the next ones: a
         # table's changes tend to come in runs.
         self._guess: _Schema | None = None
-        self._wait = 0
-        self._backoff = 1
+        self._credit = 0
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors rebuild the converter cache; it is not worth shipping.
@@ -444,15 +442,15 @@ class CanalJson(Format):
                                   f"({type(exc).__name__}: {exc})") from None
         guess = self._guess
         if guess is not None:
-            if self._wait:
-                self._wait -= 1
+            if self._credit < 0:
+                self._credit += 1
             else:
                 got = self._layout_rows(guess, value, record.offset, source)
                 if got is not None:
-                    self._backoff = 1
+                    if self._credit < _MAX_CREDIT:
+                        self._credit += 1
                     return got
-                self._wait = self._backoff
-                self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
+                self._credit -= _MISS_COST
         try:
             msg = _decoder.decode(value)
         except msgspec.ValidationError as exc:
@@ -491,11 +489,7 @@ class CanalJson(Format):
         return msg.es
 
     def _schema(self, msg: _Message) -> _Schema:
-        # Per table, the last layout seen: comparing raw members is cheaper than hashing them.
-        name = (msg.database, msg.table)
-        schema = self._schemas.get(name)
-        if schema is not None and schema.fits(msg):
-            return schema
+        """The schema of a layout the cache does not hold (for the message's table), built and cached."""
         try:
             types = _type_map_decoder.decode(msg.mysqlType) or {}
             pk = _names_decoder.decode(msg.pkNames) or []
@@ -511,7 +505,8 @@ class CanalJson(Format):
         if len(self._schemas) >= self.MAX_SCHEMAS:
             self._schemas.clear()
         raw = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType)
-        schema = self._schemas[name] = _Schema(msg.database, msg.table, types, pk, self._zone, raw)
+        schema = self._schemas[(msg.database, msg.table)] = _Schema(msg.database, msg.table, types, pk,
+                                                                   self._zone, raw)
         return schema
 
     def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:
@@ -522,13 +517,34 @@ class CanalJson(Format):
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        schema = self._schema(msg)
-        if schema.message is not None:
-            self._guess = schema
-        data, extra = schema.rows(msg.data, "data")
+        # The schema cache's hit test and Schema.rows' fast path, inlined: this is the path of every
+        # message the one-pass decode does not take. Per table, the cache holds the last layout seen:
+        # comparing raw members is cheaper than hashing them.
+        schema = self._schemas.get((msg.database, msg.table))
+        if (schema is None or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
+                or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
+            schema = self._schema(msg)
+        self._guess = schema
+        fast = schema.fast if not schema.post else None
+        data: list[Row] | None = None
+        extra = _NO_NAMES
+        if fast is None:
+            data, extra = schema.rows(msg.data, "data")
+        else:
+            try:
+                data = _to_builtins(fast.decode(msg.data))
+            except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
+                data, extra = schema.rows(msg.data, "data")
         old: list[Row] | None = None
         if op == UPDATE or (op == DELETE and (self._swap or not data)):
-            old, old_extra = schema.rows(msg.old, "old")
+            old_extra = _NO_NAMES
+            if fast is None:
+                old, old_extra = schema.rows(msg.old, "old")
+            else:
+                try:
+                    old = _to_builtins(fast.decode(msg.old))
+                except (ValueError, ArithmeticError, UnicodeError):
+                    old, old_extra = schema.rows(msg.old, "old")
             if old_extra:
                 extra = extra + old_extra
         return self._emit(msg, op, tidb, schema, data, old, extra, offset, source)
@@ -538,7 +554,7 @@ class CanalJson(Format):
         """The events of a row message of ``schema``'s layout, decoded in one pass; ``None`` for any other
         message and for anything unusual, which the general path then decodes (and reports)."""
         try:
-            msg = schema.message.decode(value)  # type: ignore[union-attr]
+            msg = schema.message.decode(value)
         except Exception:
             return None
         op = _ROW_OPS[msg.type]
