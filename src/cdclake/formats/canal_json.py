@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from functools import partial
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -100,6 +100,8 @@ _NO_NAMES: Final[list[str]] = []
 _NO_TXN: Final = "0" * 20 + "/"
 _ROW_SUFFIXES: Final = 256
 _ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
+# A message's first row: pad_position(txn, offset, 0) is txn + _FIRST_ROW % offset.
+_FIRST_ROW: Final = "%020d/" + _ROW_SUFFIX[0]
 
 
 class _Tidb(msgspec.Struct, gc=False):
@@ -131,12 +133,33 @@ class _Message(msgspec.Struct, kw_only=True, gc=False):
 
 
 _decoder: Final = msgspec.json.Decoder(_Message)
+_tidb_decoder: Final = msgspec.json.Decoder(_Tidb | None)
 _type_map_decoder: Final = msgspec.json.Decoder(dict[str, str] | None)
 _code_map_decoder: Final = msgspec.json.Decoder(dict[str, int] | None)
 _names_decoder: Final = msgspec.json.Decoder(list[str] | None)
 _texts_decoder: Final = msgspec.json.Decoder(list[Texts] | None)
 _encoder: Final = msgspec.json.Encoder()
 _to_builtins: Final = msgspec.to_builtins
+
+
+def _layout_message_decoder(name: str, row_type: type) -> msgspec.json.Decoder[Any]:
+    """A decoder of a whole row message of one layout, its rows typed by ``row_type``: one pass over the
+    bytes instead of one for the message and one for each of ``data`` and ``old``.
+
+    The rows need lax mode (numbers in strings), which would also loosen the message's own members, so
+    those lax mode could coerce are read as they are written (``es`` and ``isDdl`` as any value, ``_tidb``
+    raw): the caller takes the message only where ``_Message``'s strict types would."""
+    rows = list[row_type] | None  # type: ignore[valid-type]
+    # A literal type is decoded to the constant itself, whose hash is known: cheaper to look up.
+    kinds = Literal["INSERT", "UPDATE", "DELETE", "INIT"]
+    fields = [("data", rows, None), ("database", str | None, None), ("es", Any, None),
+              ("gtid", str | None, None), ("isDdl", Any, None), ("mysqlType", msgspec.Raw, _NULL),
+              ("old", rows, None), ("pkNames", msgspec.Raw, _NULL), ("sql", str | None, None),
+              ("sqlType", msgspec.Raw, _NULL), ("table", str | None, None), ("type", kinds),
+              ("tidb", msgspec.Raw, msgspec.field(default=_NULL, name="_tidb"))]
+    message = msgspec.defstruct(name, fields, kw_only=True, gc=False)
+    return msgspec.json.Decoder(message, strict=False)
+
 
 Converter = Callable[[str], Any]
 
@@ -215,14 +238,22 @@ class _Schema:
     with integers and floats already converted and which refuses columns the layout does not list; the
     remaining non-text columns then go through their converters. Whatever the fast path refuses (extra
     columns, unusual spellings, bad values) takes the slow path: plain text rows converted column by
-    column, which keeps extra columns as text and names the column of a bad value."""
+    column, which keeps extra columns as text and names the column of a bad value.
 
-    __slots__ = ("columns", "convs", "fast", "known", "pk", "post")
+    Once a layout is known, a whole message of it decodes in one pass (``message``), rows included; the
+    layout is recognised by its members as written (``mysqlType``, ``pkNames`` and, when it supplies
+    types, ``sqlType``)."""
+
+    __slots__ = ("codes_raw", "columns", "convs", "fast", "known", "message", "pk", "pk_raw", "post",
+                 "single_key", "types_raw")
 
     def __init__(self, database: str | None, table: str | None, types: dict[str, str], pk: list[str],
-                 timestamp_zone: str | None) -> None:
+                 timestamp_zone: str | None, raw: tuple[msgspec.Raw, msgspec.Raw, msgspec.Raw | None]) -> None:
+        # The raw members are views of one message's bytes, which stay referenced while the schema is.
+        self.types_raw, self.pk_raw, self.codes_raw = raw
         keys = set(pk)
         self.pk = tuple(pk)
+        self.single_key = pk[0] if len(pk) == 1 else None
         self.columns = [Column(name, text or UNKNOWN_TYPE, name in keys) for name, text in types.items()]
         # Key columns the type map does not list are still key columns of the rows.
         self.columns += [Column(name, UNKNOWN_TYPE, True) for name in pk if name not in types]
@@ -240,10 +271,11 @@ class _Schema:
                            msgspec.field(name=col.name, default=msgspec.UNSET)))
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
         self.post: tuple[tuple[str, Converter], ...] = tuple(post)
+        row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
         self.fast: msgspec.json.Decoder[Any] | None = None
         if fields:
-            row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
             self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
+        self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
 
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
@@ -252,13 +284,8 @@ class _Schema:
         if fast is not None:
             try:
                 rows: list[Row] | None = _to_builtins(fast.decode(raw))
-                post = self.post
-                if rows and post:
-                    for row in rows:
-                        for name, f in post:
-                            text = row.get(name)
-                            if text is not None:
-                                row[name] = f(text)
+                if self.post:
+                    self.convert_post(rows)
                 return rows, _NO_NAMES
             except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
                 pass  # the general path says which column and why
@@ -271,6 +298,14 @@ class _Schema:
         known = self.known
         extra = [name for row in texts if not row.keys() <= known for name in row if name not in known]
         return [self.convert(row, self.convs) for row in texts], extra
+
+    def convert_post(self, rows: list[Row] | None) -> None:
+        """Converts, in place, the fast path's rows' values that msgspec leaves as text."""
+        for row in rows or ():
+            for name, f in self.post:
+                text = row.get(name)
+                if text is not None:
+                    row[name] = f(text)
 
     def columns_with(self, extra: list[str]) -> list[Column]:
         """The layout's columns, plus columns rows carry that it does not list (as ``unknown``)."""
@@ -297,6 +332,13 @@ class _Schema:
 # as the delete half of a key change precedes the insert half). The position then depends on the message
 # alone, and a redelivered copy is recognised as a replay.
 _TSO_RANK: Final = {DELETE: "1", UPDATE: "2", INSERT: "3", READ: "3"}
+
+# The one-pass decode of a row message (by the layout of the last one) is tried while it mostly fits: a fit
+# earns a credit (up to _MAX_CREDIT), a miss (a wasted pass) costs _MISS_COST, and while in debt messages
+# take the general path, each repaying one. A switch between runs of one table's messages then costs one
+# wasted pass, and a topic whose messages interleave layouts tries (and wastes) rarely.
+_MAX_CREDIT: Final = 16
+_MISS_COST: Final = 16
 
 
 def _gtid_number(gtid: str | None) -> int:
@@ -352,11 +394,15 @@ class CanalJson(Format):
             V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
         self._swap: bool = self.settings["dts-legacy-swap"]
         self._compressed = self.settings["compression"] != "none"
-        self._schemas: dict[tuple[str | None, str | None], tuple[Any, Any, Any, _Schema]] = {}
+        self._schemas: dict[tuple[str | None, str | None], _Schema] = {}
+        # The layout of the last row message the general path decoded, tried first on the next ones: a
+        # table's changes tend to come in runs.
+        self._guess: _Schema | None = None
+        self._credit = 0
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors rebuild the converter cache; it is not worth shipping.
-        return {**self.__dict__, "_schemas": {}}
+        return {**self.__dict__, "_schemas": {}, "_guess": None}
 
     # ---------------------------------------------------------------------------------------- decoding
 
@@ -394,6 +440,17 @@ class CanalJson(Format):
             except Exception as exc:
                 raise DecodeError(f"value is not {self.settings['compression']}-compressed "
                                   f"({type(exc).__name__}: {exc})") from None
+        guess = self._guess
+        if guess is not None:
+            if self._credit < 0:
+                self._credit += 1
+            else:
+                got = self._layout_rows(guess, value, record.offset, source)
+                if got is not None:
+                    if self._credit < _MAX_CREDIT:
+                        self._credit += 1
+                    return got
+                self._credit -= _MISS_COST
         try:
             msg = _decoder.decode(value)
         except msgspec.ValidationError as exc:
@@ -432,14 +489,7 @@ class CanalJson(Format):
         return msg.es
 
     def _schema(self, msg: _Message) -> _Schema:
-        # Per table, the last layout seen: comparing raw members is cheaper than hashing them.
-        name = (msg.database, msg.table)
-        entry = self._schemas.get(name)
-        if entry is not None:
-            raw_types, raw_pk, raw_codes, known = entry
-            if raw_types == msg.mysqlType and raw_pk == msg.pkNames and (raw_codes is None
-                                                                         or raw_codes == msg.sqlType):
-                return known
+        """The schema of a layout the cache does not hold (for the message's table), built and cached."""
         try:
             types = _type_map_decoder.decode(msg.mysqlType) or {}
             pk = _names_decoder.decode(msg.pkNames) or []
@@ -454,30 +504,27 @@ class CanalJson(Format):
                      for column in dict.fromkeys([*types, *codes])}
         if len(self._schemas) >= self.MAX_SCHEMAS:
             self._schemas.clear()
-        schema = _Schema(msg.database, msg.table, types, pk, self._zone)
-        # The raw members are views of the message bytes: one message per table stays referenced.
-        self._schemas[name] = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType, schema)
+        raw = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType)
+        schema = self._schemas[(msg.database, msg.table)] = _Schema(msg.database, msg.table, types, pk,
+                                                                   self._zone, raw)
         return schema
 
     def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:
-        database, table = msg.database, msg.table
-        if not table:
+        if not msg.table:
             raise DecodeError(f"{msg.type} message without table")
         tidb = msg.tidb
         if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        # The schema cache's hit test, inlined: this runs once per message.
-        entry = self._schemas.get((database, table))
-        if (entry is not None and entry[0] == msg.mysqlType and entry[1] == msg.pkNames
-                and (entry[2] is None or entry[2] == msg.sqlType)):
-            schema = entry[3]
-        else:
+        # The schema cache's hit test and Schema.rows' fast path, inlined: this is the path of every
+        # message the one-pass decode does not take. Per table, the cache holds the last layout seen:
+        # comparing raw members is cheaper than hashing them.
+        schema = self._schemas.get((msg.database, msg.table))
+        if (schema is None or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
+                or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
             schema = self._schema(msg)
-        swap = self._swap
-        # Schema.rows' fast path, inlined: a typed decode of the rows, for a layout whose every value is
-        # converted by msgspec itself; anything it refuses goes to Schema.rows, which says why.
+        self._guess = schema
         fast = schema.fast if not schema.post else None
         data: list[Row] | None = None
         extra = _NO_NAMES
@@ -489,7 +536,7 @@ class CanalJson(Format):
             except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
                 data, extra = schema.rows(msg.data, "data")
         old: list[Row] | None = None
-        if op == UPDATE or (op == DELETE and (swap or not data)):
+        if op == UPDATE or (op == DELETE and (self._swap or not data)):
             old_extra = _NO_NAMES
             if fast is None:
                 old, old_extra = schema.rows(msg.old, "old")
@@ -500,6 +547,78 @@ class CanalJson(Format):
                     old, old_extra = schema.rows(msg.old, "old")
             if old_extra:
                 extra = extra + old_extra
+        return self._emit(msg, op, tidb, schema, data, old, extra, offset, source)
+
+    def _layout_rows(self, schema: _Schema, value: bytes, offset: int,
+                     source: Source | None) -> list[ChangeEvent] | None:
+        """The events of a row message of ``schema``'s layout, decoded in one pass; ``None`` for any other
+        message and for anything unusual, which the general path then decodes (and reports)."""
+        try:
+            msg = schema.message.decode(value)
+        except Exception:
+            return None
+        op = _ROW_OPS[msg.type]
+        is_ddl, es = msg.isDdl, msg.es
+        # The members _Message types strictly, checked here; and the layout the rows were typed by.
+        if (not msg.table or not (is_ddl is None or is_ddl is False)
+                or not (es is None or type(es) is int)
+                or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
+                or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
+            return None
+        tidb: _Tidb | None = None
+        if msg.tidb is not _NULL:
+            try:
+                tidb = _tidb_decoder.decode(msg.tidb)
+            except msgspec.DecodeError:
+                return None
+            if tidb is not None and (tidb.onlyHandleKey or tidb.claimCheckLocation) and op != DELETE:
+                return None
+        data = msg.data
+        old: list[Row] | None = None
+        swap = self._swap
+        if op == UPDATE or (op == DELETE and (swap or not data)):
+            data, old = _to_builtins((data, msg.old))
+        else:
+            data = _to_builtins(data)
+        if schema.post:
+            try:
+                schema.convert_post(data)
+                schema.convert_post(old)
+            except (ValueError, ArithmeticError, UnicodeError):
+                return None
+        if swap or data is None or len(data) != 1 or (old is not None and len(old) != 1):
+            return self._emit(msg, op, tidb, schema, data, old, _NO_NAMES, offset, source)
+        # The usual message, one row: the event _emit would make, made here without its loop and
+        # branches; a missing key column is left to the general path to report.
+        image = data[0]
+        if op == DELETE:
+            before, after = image, None
+        elif old is None:
+            before, after = None, image
+        else:
+            before, after = {**image, **old[0]}, image
+        single_key = schema.single_key
+        try:
+            if single_key is not None:
+                key: Row | None = {single_key: image[single_key]}
+            else:
+                key = {name: image[name] for name in schema.pk} if schema.pk else None
+        except KeyError:
+            return None
+        if tidb is not None and tidb.commitTs is not None:
+            commit_ts, position = tidb.commitTs, _TSO_RANK[op]
+        else:
+            commit_ts = es
+            gtid = msg.gtid
+            position = ("%020d/" % _gtid_number(gtid) if gtid else _NO_TXN) + _FIRST_ROW % offset  # noqa: UP031
+        return [ChangeEvent(kind=ROW, op=op, database=msg.database, table=msg.table, key=key, before=before,
+                            after=after, columns=schema.columns, commit_ts=commit_ts, position=position,
+                            ts_ms=es, source=source)]
+
+    def _emit(self, msg: Any, op: str, tidb: _Tidb | None, schema: _Schema, data: list[Row] | None,
+              old: list[Row] | None, extra: list[str], offset: int, source: Source | None) -> list[ChangeEvent]:
+        """The events of a row message whose rows are decoded (``old`` only where the op reads it)."""
+        swap = self._swap
         columns = schema.columns_with(extra) if extra else schema.columns
         if op == DELETE and old and (swap or not data):
             images, partial_images = old, None  # DTS legacy: the deleted row is in old
@@ -514,8 +633,8 @@ class CanalJson(Format):
         if partial_images is not None and len(partial_images) != len(images):
             raise DecodeError(f"UPDATE has {len(images)} data rows but {len(partial_images)} old rows")
         pk = schema.pk
-        single_key = pk[0] if len(pk) == 1 else None
-        es = msg.es
+        single_key = schema.single_key
+        database, table, es = msg.database, msg.table, msg.es
         prefix: str | None = None
         if tidb is not None and tidb.commitTs is not None:
             commit_ts = tidb.commitTs
