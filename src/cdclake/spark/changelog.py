@@ -58,16 +58,16 @@ def key_names(event: ChangeEvent) -> list[str] | None:
     return list(event.key) if event.key else None
 
 
-def key_text(names: list[str] | None, image: Row | None) -> str | None:
-    """A row's identity as canonical JSON; tables without a key are identified by the whole row."""
+def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
+    """A row's identity as canonical JSON (UTF-8); tables without a key are identified by the whole row."""
     if image is None:
         return None
     if names is None:
-        return _json.encode(image).decode()
-    return _json.encode([image.get(n) for n in names]).decode()
+        return _json.encode(image)
+    return _json.encode([image.get(n) for n in names])
 
 
-def _image_json(image: Row | None, untyped: bool) -> str | None:
+def _image_json(image: Row | None, untyped: bool) -> bytes | None:
     """A row image as JSON. Spark re-renders a JSON number read as text (``1e16`` → ``1.0E16``), which is
     harmless where a type casts it back, but a column without a type keeps the text: there floats travel
     as their exact Python text."""
@@ -75,7 +75,7 @@ def _image_json(image: Row | None, untyped: bool) -> str | None:
         return None
     if untyped:
         image = {k: repr(v) if type(v) is float else v for k, v in image.items()}
-    return _json.encode(image).decode()
+    return _json.encode(image)
 
 
 class _Layout(msgspec.Struct):
@@ -83,7 +83,7 @@ class _Layout(msgspec.Struct):
     to every event of a schema."""
 
     columns: list[Any] | None  # held so that its id is not reused while cached
-    text: str | None
+    text: bytes | None
     untyped: bool
     key_names: list[str]
 
@@ -95,7 +95,7 @@ class _Layouts(dict[int, _Layout]):
             if columns is None:
                 layout = _Layout(None, None, True, [])
             else:
-                layout = _Layout(columns, _json.encode(columns).decode(),
+                layout = _Layout(columns, _json.encode(columns),
                                  any(c.type == UNKNOWN_TYPE for c in columns), [c.name for c in columns if c.key])
             self[id(columns)] = layout
         return layout
@@ -106,11 +106,12 @@ def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
     every per-event step that a whole column can do at once is done that way."""
     layouts = _Layouts()
     encode = _json.encode
-    keys: list[str | None] = []
-    before_keys: list[str | None] = []
-    befores: list[str | None] = []
-    afters: list[str | None] = []
-    texts: list[str | None] = []
+    # JSON stays in msgspec's UTF-8 bytes: Arrow takes them as they are (see _batch).
+    keys: list[bytes | None] = []
+    before_keys: list[bytes | None] = []
+    befores: list[bytes | None] = []
+    afters: list[bytes | None] = []
+    texts: list[bytes | None] = []
     seqs: list[int] = []
     previous: Source | None = None
     seq = 0
@@ -119,7 +120,7 @@ def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
         names: list[str] | None = layout.key_names or (list(event.key) if event.key else None)
         key, before, after = event.key, event.before, event.after
         if key is not None and names is not None and all(n in key for n in names):
-            keys.append(encode([key[n] for n in names]).decode())
+            keys.append(encode([key[n] for n in names]))
         else:
             keys.append(key_text(names, after if after is not None else before))
         before_keys.append(key_text(names, before) if after is not None else None)
@@ -127,8 +128,8 @@ def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
             befores.append(_image_json(before, True))
             afters.append(_image_json(after, True))
         else:
-            befores.append(None if before is None else encode(before).decode())
-            afters.append(None if after is None else encode(after).decode())
+            befores.append(None if before is None else encode(before))
+            afters.append(None if after is None else encode(after))
         texts.append(layout.text)
         # An event's rank among the events of its record: a record's events come together, sharing one
         # Source as a rule (compared by value when a format made one per event).
@@ -171,9 +172,20 @@ def _record_columns(rows: list[tuple[Record, str, str | None]], fmt: str) -> dic
     }
 
 
+# Columns that _event_columns fills with JSON as UTF-8 bytes: a binary array viewed as text takes them without
+# the decode to str and the encode back that a string array would cost.
+_JSON_BYTES = frozenset({"key", "before_key", "before", "after", "columns"})
+
+
+def _array(name: str, values: list[Any], kind: pa.DataType) -> pa.Array:
+    if name in _JSON_BYTES and kind == pa.string():
+        return pa.array(values, pa.binary()).view(pa.string())
+    return pa.array(values, kind)
+
+
 def _batch(columns: dict[str, list[Any]], rows: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(rows, f.type)
+        [_array(f.name, columns[f.name], f.type) if f.name in columns else pa.nulls(rows, f.type)
          for f in CHANGELOG_ARROW], schema=CHANGELOG_ARROW)
 
 
