@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from cdclake import formats, pipeline, workload  # noqa: E402
+from cdclake import formats, lakecheck, pipeline, workload  # noqa: E402
 from cdclake.config import PipelineConfig, SourceConfig  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
 from cdclake.spark.session import get_session  # noqa: E402
@@ -158,6 +158,8 @@ def main() -> None:
         register(spark)
         native_s, ours_s, messages = compare_decoders(spark, work / "data" / workload.RECORDS_DIR)
         e2e_s, summary = end_to_end(spark, work / "data", work / "lake")
+        # A fast wrong answer is worth nothing: the lake must equal the simulator's final state.
+        problems = lakecheck.differences(str(work / "lake"), generated.expected, generated.key_names)
         memory.running = False
         spark.stop()
     finally:
@@ -187,7 +189,9 @@ def main() -> None:
         f"planning (the Spark jobs up to the net changes) {plan_s:.1f} s; typing the net changes and MERGE into "
         f"Delta {apply_s:.1f} s; dead letters, tombstones and progress {inside - plan_s - apply_s:.1f} s. The "
         f"other {e2e_s - inside:.1f} s are Spark's streaming bookkeeping between batches. "
-        f"Rows: +{summary.total('inserted'):,} ~{summary.total('updated'):,} -{summary.total('deleted'):,}.",
+        f"Rows: +{summary.total('inserted'):,} ~{summary.total('updated'):,} -{summary.total('deleted'):,}. "
+        f"The lake {'equals' if not problems else 'DIFFERS from'} the simulator's final state, value for value"
+        f"{': ' + '; '.join(problems[:3]) if problems else ''}.",
         f"Peak resident memory (sampled every 0.2 s): all processes together {peaks['total']:,.0f} MiB; Spark JVM "
         f"{peaks['jvm']:,.0f} MiB, Python workers together {peaks['python workers']:,.0f} MiB, driver "
         f"{peaks['driver']:,.0f} MiB.",
