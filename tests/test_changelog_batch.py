@@ -95,3 +95,21 @@ def test_record_batches_round_trip_through_arrow():
                Record(topic="u", partition=0, offset=6, timestamp=None, key=None, value=None)]
     assert records_from_arrow(files.records_to_arrow(records)) == records
     assert records_from_arrow(files.records_to_arrow(records[1:])) == records[1:]
+
+
+@given(st.lists(st.sampled_from([b"m1", b"", b"m2\r", b" "]), max_size=9), st.integers(0, 10), st.integers(0, 10),
+       st.booleans(), st.booleans())
+def test_a_segment_is_exactly_its_lines_whatever_the_chunking(tmp_path_factory, lines, first, stop, ended, complete):
+    path = tmp_path_factory.mktemp("segment") / "plain.txt"
+    data = b"\n".join(lines) + (b"\n" if ended else b"")
+    path.write_bytes(data)
+    whole = files._lines(data, complete)
+    expected = [(i, whole[i].rstrip(b"\r")) for i in range(first, min(stop, len(whole))) if whole[i].strip()]
+    for rows in (2, files.BATCH_ROWS):
+        files.BATCH_ROWS, saved = rows, files.BATCH_ROWS
+        try:
+            got = [(r.offset, r.value) for b in files.read_segment(str(path), first, stop, complete)
+                   for r in records_from_arrow(b)]
+        finally:
+            files.BATCH_ROWS = saved
+        assert got == expected

@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -247,3 +248,50 @@ def test_a_later_batch_with_shorter_values_keeps_the_wider_lake_type(spark, tmp_
     rows = lake_rows(str(tmp_path / "lake"), "shop", "users")
     assert rows["[1]"]["balance"] == Decimal("100.1234")
     assert rows["[90000]"]["balance"] == Decimal("9000000.1234")
+
+
+def _wait_for(check, timeout_s: float = 180.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"not reached within {timeout_s:.0f}s")
+
+
+def _rows_now(lake: Path) -> dict[str, dict]:
+    path = lake / "shop" / "users"
+    return lake_rows(str(lake), "shop", "users") if DeltaTable.is_deltatable(str(path)) else {}
+
+
+def test_follow_applies_files_as_they_grow_and_never_reads_a_half_written_line(tmp_path):
+    inserts = records([change(INSERT, 100 + i, i) for i in range(1, 11)])
+    changes = records([change(UPDATE, 200 + i, i, version=1, before_version=0) for i in range(1, 11, 2)]
+                      + [change(DELETE, 300 + i, i) for i in (2, 4)], start_offset=len(inserts))
+    (tmp_path / "in").mkdir()
+    first = tmp_path / "in" / "1.jsonl"
+    write_records(first, inserts)
+    whole = first.read_bytes()
+    cut = whole.rstrip(b"\n").rfind(b"\n") + 1 + 40  # the last record's line, half written
+    first.write_bytes(whole[:cut])
+    lake = tmp_path / "lake"
+    process = subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
+                                str(tmp_path / "in"), "--lake", str(lake), "--follow"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: len(_rows_now(lake)) == 9)
+        time.sleep(3)  # a few more polls: the half line must still not be read
+        assert sorted(_rows_now(lake)) == [f"[{i}]" for i in range(1, 10)]
+        assert not DeltaTable.is_deltatable(str(lake / "_cdclake" / "dead_letters")) or not DeltaTable(
+            str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().num_rows
+        with open(first, "ab") as handle:
+            handle.write(whole[cut:])
+        write_records(tmp_path / "in" / "2.jsonl", changes)
+        expected = {f"[{i}]": f"user {i} v{i % 2}" for i in range(1, 11) if i not in (2, 4)}
+        _wait_for(lambda: {k: r["name"] for k, r in _rows_now(lake).items()} == expected)
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=60)[0].decode(errors="replace")
+    dead = lake / "_cdclake" / "dead_letters"
+    assert not DeltaTable.is_deltatable(str(dead)) or not DeltaTable(str(dead)).to_pyarrow_table().num_rows, output

@@ -11,6 +11,7 @@ Registered with Spark as the Python data source ``cdclake-files`` (batch and str
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -122,22 +123,33 @@ def partitions(path: str) -> list[tuple[str, int]]:
 
 
 def read_segment(name: str, first: int, stop: int, complete_only: bool = False) -> Iterator[pa.RecordBatch]:
+    """Lines ``[first, stop)`` of a file as record batches. The file is streamed, a chunk of lines at a time:
+    a batch that reads part of a large file holds only that part, never the whole file."""
+    topic = Path(name).name
+    captured: bool | None = None
     with open(name, "rb") as handle:
-        lines = _lines(handle.read(), complete_only)[first:stop]
-    numbered = [(index, line) for index, raw in enumerate(lines, start=first)
-                if (line := raw.rstrip(b"\r")).strip()]
-    if not numbered:
-        return
-    if not is_captured_line(numbered[0][1]):
-        topic = Path(name).name
-        for start in range(0, len(numbered), BATCH_ROWS):
-            yield records_to_arrow([Record(value=line, topic=topic, offset=index)
-                                    for index, line in numbered[start:start + BATCH_ROWS]])
-        return
-    for start in range(0, len(numbered), BATCH_ROWS):
-        chunk = numbered[start:start + BATCH_ROWS]
-        parsed = parse_captured_lines([line for _, line in chunk])
-        yield records_to_arrow(parsed if parsed is not None else [_captured_or_unreadable(name, *n) for n in chunk])
+        lines = itertools.islice(handle, first, stop)
+        index = first
+        while chunk := list(itertools.islice(lines, BATCH_ROWS)):
+            numbered = []
+            for raw in chunk:
+                ended = raw.endswith(b"\n")
+                if not ended and complete_only:
+                    break  # a line still being written: read once it is complete
+                line = (raw[:-1] if ended else raw).rstrip(b"\r")
+                if line.strip():
+                    numbered.append((index, line))
+                index += 1
+            if not numbered:
+                continue
+            if captured is None:
+                captured = is_captured_line(numbered[0][1])
+            if not captured:
+                yield records_to_arrow([Record(value=line, topic=topic, offset=i) for i, line in numbered])
+                continue
+            parsed = parse_captured_lines([line for _, line in numbered])
+            yield records_to_arrow(parsed if parsed is not None
+                                   else [_captured_or_unreadable(name, *n) for n in numbered])
 
 
 def _captured_or_unreadable(name: str, index: int, line: bytes) -> Record:
