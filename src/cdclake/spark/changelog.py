@@ -51,13 +51,6 @@ def _format(name: str, options: dict[str, str]) -> Format:
     return _formats[cache_key]
 
 
-def key_names(event: ChangeEvent) -> list[str] | None:
-    named = [c.name for c in event.columns or () if c.key]
-    if named:
-        return named
-    return list(event.key) if event.key else None
-
-
 def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
     """A row's identity as canonical JSON (UTF-8); tables without a key are identified by the whole row."""
     if image is None:

@@ -205,20 +205,20 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     counts: dict[str, int] = defaultdict(int)
     offsets: dict[str, int] = {}
     partition_ts: dict[str, int] = dict(carried_ts or {})
+    untimed = False
     for r in summary:
         counts[r["status"]] += r["rows"]
         coords = f"{r['topic']}:{r['partition']}"
         if r["offset"] is not None:
             offsets[coords] = max(offsets.get(coords, r["offset"]), r["offset"])
+        if r["status"] == "event":
+            untimed = untimed or bool(r["untimed"])
+            if r["ts"] is not None:
+                partition_ts[coords] = max(partition_ts.get(coords, 0), r["ts"])
     events = changelog.filter(F.col("status") == "event")
-    if any(r["status"] == "event" and r["untimed"] for r in summary):
-        events = partition_commit_ts(events, partition_ts)
-    else:
-        events = events.withColumn("_partition_ts", F.lit(None).cast("long"))
-    for r in summary:
-        if r["status"] == "event" and r["ts"] is not None:
-            coords = f"{r['topic']}:{r['partition']}"
-            partition_ts[coords] = max(partition_ts.get(coords, 0), r["ts"])
+    # Changes without a commit ts start from what earlier batches saw (the carried ts), not this batch's.
+    events = (partition_commit_ts(events, dict(carried_ts or {})) if untimed
+              else events.withColumn("_partition_ts", F.lit(None).cast("long")))
     events = events.withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts")
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
