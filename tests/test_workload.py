@@ -633,6 +633,23 @@ def test_generate_writes_records_expected_state_and_manifest(tmp_path):
         assert lines[-1] == b"" and [json.loads(line) for line in lines[:-1]] == W.state_rows(rows)
 
 
+def test_generate_max_keys_caps_the_live_rows_of_the_expected_state(tmp_path):
+    def live_rows(out, *flags: str) -> int:
+        result = CliRunner().invoke(app, ["generate", "--format", "canal-json", "--out", str(out), "--events", "3000",
+                                          "--tables", "2", "--seed", "5", *flags])
+        assert result.exit_code == 0, result.output
+        expected = W.read_expected(out)
+        records = [line.record for path in sorted((out / "records").iterdir()) for line in read_file(path)]
+        assert W.diff_states(expected, W.fold(_decoded(records, "canal-json"))) == []  # the records agree
+        return sum(map(len, expected.values()))
+
+    assert 0 < live_rows(tmp_path / "capped", "--max-keys", "40") <= 40
+    assert live_rows(tmp_path / "free") > 40  # same seed and events: without the cap, the rows outgrow it
+    result = CliRunner().invoke(app, ["generate", "--format", "canal-json", "--out", str(tmp_path / "bad"),
+                                      "--max-keys", "0"])
+    assert result.exit_code != 0 and not (tmp_path / "bad" / "manifest.json").exists()
+
+
 def test_generate_rejects_bad_input(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["generate", "--format", "nope", "--out", str(tmp_path)])

@@ -201,6 +201,9 @@ def generate(
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same data.")] = 0,
     partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions per topic.")] = 1,
     replays: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fraction of records delivered twice.")] = 0.0,
+    max_keys: Annotated[int | None, typer.Option(min=1, help=(
+        "At most this many live rows over all tables, an equal share each; once a table holds its share, "
+        "inserts become updates, so that a long run keeps changing the same keys (default: no limit)."))] = None,
     option: OptionPairs = None,
     kafka_servers: Annotated[str | None, typer.Option(
         "--kafka", help="Also produce the records to Kafka at HOST:PORT (topics created as needed).")] = None,
@@ -217,7 +220,7 @@ def generate(
             options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
-                               replays=replays, options=options)
+                               replays=replays, options=options, max_keys=max_keys)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     files = W.write_generated(out, generated)
