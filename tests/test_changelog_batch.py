@@ -41,6 +41,21 @@ def test_captured_files_read_back_exactly_with_an_unreadable_line_kept_in_place(
     assert bad.value == lines[2] and bad.header(files.UNREADABLE_HEADER).startswith(f"{path}:3: ".encode())
 
 
+def test_a_segment_starting_at_a_corrupted_line_of_a_captured_file_is_still_read_as_captured_records(tmp_path):
+    records = [Record(topic="t", partition=2, offset=10 + i, key=f"k{i}".encode(), value=_canal("a", "INSERT", i))
+               for i in range(4)]
+    lines = [captured_line(r) for r in records]
+    torn = lines[2][:15]  # a torn write: not even recognisable as a captured record on its own
+    lines.insert(2, torn)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    read = [r for batch in files.read_segment(str(path), 2, len(lines)) for r in records_from_arrow(batch)]
+    bad, *good = read
+    assert good == records[2:]  # their own topic, partition and offset, not the file's name and line numbers
+    assert (bad.topic, bad.offset, bad.value) == ("t.jsonl", 2, torn)
+    assert bad.header(files.UNREADABLE_HEADER).startswith(f"{path}:3: not a captured record".encode())
+
+
 def test_message_per_line_files_number_lines_from_zero_and_skip_blank_ones(tmp_path):
     path = tmp_path / "plain.txt"
     path.write_bytes(b"one\r\n\ntwo\nthree")

@@ -107,8 +107,7 @@ def partitions(path: str) -> list[tuple[str, int]]:
     files name theirs; a message-per-line file is a partition of its own (topic = file name, partition 0)."""
     found: set[tuple[str, int]] = set()
     for name in list_files(path):
-        with open(name, "rb") as handle:
-            first = next((line.rstrip(b"\r\n") for line in handle if line.strip()), None)
+        first = _first_line(name)
         if first is None:
             continue
         if is_captured_line(first):
@@ -120,6 +119,12 @@ def partitions(path: str) -> list[tuple[str, int]]:
         else:
             found.add((Path(name).name, 0))
     return sorted(found)
+
+
+def _first_line(name: str) -> bytes | None:
+    """The file's first non-empty line, read without reading the rest: it decides the kind of the file."""
+    with open(name, "rb") as handle:
+        return next((line.rstrip(b"\r\n") for line in handle if line.strip()), None)
 
 
 def read_segment(name: str, first: int, stop: int, complete_only: bool = False) -> Iterator[pa.RecordBatch]:
@@ -143,7 +148,9 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False) 
             if not numbered:
                 continue
             if captured is None:
-                captured = is_captured_line(numbered[0][1])
+                # The file's first line, not the segment's: a segment may start at an unreadable line of a
+                # captured-records file, which must still become a record with the reason it is unreadable.
+                captured = is_captured_line(_first_line(name) or b"")
             if not captured:
                 yield records_to_arrow([Record(value=line, topic=topic, offset=i) for i, line in numbered])
                 continue
