@@ -112,13 +112,21 @@ class BatchApplier:
         consistent = self.source.consistency == "resolved-ts"
         if consistent:
             records = records.persist()  # read again for the raw bytes of the changes it holds
-        log = CL.decode(records, self.source.format, self.source.options).persist()
+        # Each task reduces its keys' changes before the planner sees them, except where a held change must
+        # keep its place in its transaction.
+        reduced = not consistent
+        log = CL.decode(records, self.source.format, self.source.options, reduce=reduced).persist()
         raw = records.select("topic", "partition", "offset", "key", "value")
         held: DataFrame | None = None
         try:
             if consistent:
                 log, held, raw = self._release(records, log, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
+            if reduced and plan.renames_tables():
+                # A RENAME seen by one task only may fall between changes that another task reduced.
+                log.unpersist()
+                log, reduced = self._unreduced(records).persist(), False
+                plan = planner.plan(log, self.partition_ts)
             report.plan_seconds = time.monotonic() - started
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
@@ -150,7 +158,9 @@ class BatchApplier:
                 self._publish_consistency(plan.table_order, report.consistent_ts, batch)
             dead = plan.dead_letters
             if stopped_now:
-                dead = dead.unionByName(self._stopped_records(raw, log, stopped_now))
+                # Every record behind the stopped tables' changes, also those a reduction left out.
+                every = self._unreduced(records) if reduced else log
+                dead = dead.unionByName(self._stopped_records(raw, every, stopped_now))
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
@@ -183,6 +193,9 @@ class BatchApplier:
         if self.progress:
             self.progress(report)
 
+    def _unreduced(self, records: DataFrame) -> DataFrame:
+        return CL.decode(records, self.source.format, self.source.options)
+
     def _release(self, records: DataFrame, log: DataFrame, raw: DataFrame, batch: int,
                  report: BatchReport) -> tuple[DataFrame, DataFrame, DataFrame]:
         """consistency = "resolved-ts": this batch's changes and those held before, split at the smallest
@@ -203,6 +216,9 @@ class BatchApplier:
         combined = log
         if earlier is not None and earlier.num_rows:
             # The batch's own session: with Spark Connect this runs in the server's foreachBatch worker.
+            for column in CL.CHANGELOG_ARROW:  # snapshots held by an older cdclake lack the newer columns
+                if column.name not in earlier.column_names:
+                    earlier = earlier.append_column(column, pa.nulls(earlier.num_rows, column.type))
             before = records.sparkSession.createDataFrame(earlier.select(log.columns).cast(CL.CHANGELOG_ARROW),
                                                           schema=log.schema)
             combined = log.unionByName(before)

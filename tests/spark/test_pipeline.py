@@ -237,6 +237,49 @@ def test_crash_at_any_point_of_a_batch_is_applied_exactly_once(tmp_path, point):
     assert dead.num_rows == 1  # the garbage record, recorded once although its batch ran twice
 
 
+def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path):
+    """Each task reduces its keys' changes; a RENAME that only another task saw falls between two changes of one
+    key here, so the batch is planned again from every change."""
+    rows = records([change(INSERT, 10, 1, version=1), change(INSERT, 30, 1, version=2)])
+    for record in rows:
+        record.partition = 1
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0.jsonl", records([ddl(20, "RENAME TABLE shop.users TO shop.archive")]))
+    write_records(tmp_path / "in" / "1.jsonl", rows)
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert summary.total("records") == 3 and summary.total("events") == 3
+    assert lake_rows(str(tmp_path / "lake"), "shop", "archive")["[1]"]["name"] == "user 1 v1"
+    assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v2"
+
+
+def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_letter(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 1, table="audit")]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    # A column rename is not applied to lake tables: users stops; audit goes on. Three updates of one key,
+    # which a reduction would fold into one change, each stay accounted for.
+    later = [ddl(20, "ALTER TABLE shop.users CHANGE COLUMN name full_name varchar(64)"),
+             *[change(UPDATE, 21 + v, 1, version=v + 1, before_version=v) for v in range(3)],
+             change(INSERT, 30, 2, table="audit")]
+    write_records(tmp_path / "in" / "2.jsonl", records(later, start_offset=2))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    (stopped,) = [b.stopped for b in summary.batches if b.stopped]
+    assert "CHANGE COLUMN" in stopped["shop.users"]
+    lake = tmp_path / "lake"
+    assert lake_rows(str(lake), "shop", "users")["[1]"]["name"] == "user 1 v0"
+    assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[1]", "[2]"]
+    dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert sorted(d["offset"] for d in dead) == [2, 3, 4, 5]
+    assert all("table shop.users stopped" in d["reason"] for d in dead)
+    # It stays stopped: a later batch's changes of it are dead letters too.
+    write_records(tmp_path / "in" / "3.jsonl", records([change(UPDATE, 40, 1, version=9, before_version=3),
+                                                        change(UPDATE, 41, 1, version=10, before_version=9)],
+                                                       start_offset=7))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert sorted(d["offset"] for d in dead) == [2, 3, 4, 5, 7, 8]
+
+
 def test_a_later_batch_with_shorter_values_keeps_the_wider_lake_type(spark, tmp_path):
     # TiCDC's canal-json states no DECIMAL precision: each batch infers it from its values.
     (tmp_path / "in").mkdir()

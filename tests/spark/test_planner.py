@@ -14,8 +14,20 @@ from cdclake.spark.planner import RowStep, plan
 pytestmark = pytest.mark.spark
 
 
-def changelog(spark, rows: list[dict]):
-    full = [{name: r.get(name) for name in CHANGELOG_ARROW.names} for r in rows]
+def changelog(spark, rows: list[dict], tasks: list[list[dict]] | None = None):
+    """A changelog as the decoding tasks make it: the rows, each task's tally of its partition, and for a change
+    without commit ts its partition's latest commit ts before it in the task. By default one task reads all."""
+    full = []
+    for task in tasks or [rows]:
+        latest = None
+        for r in task:
+            full.append({**r, "partition_ts": latest if r["commit_ts"] is None else None})
+            if r["commit_ts"] is not None:
+                latest = max(latest or 0, r["commit_ts"])
+        full.append({"status": "tally", "topic": "t", "partition": 0, "first_offset": min(r["offset"] for r in task),
+                     "offset": max(r["offset"] for r in task), "commit_ts": latest,
+                     "records": len({r["offset"] for r in task}), "events": len(task)})
+    full = [{name: r.get(name) for name in CHANGELOG_ARROW.names} for r in full]
     return spark.createDataFrame(pa.Table.from_pylist(full, schema=CHANGELOG_ARROW))
 
 
@@ -43,6 +55,14 @@ def test_a_delete_without_commit_ts_follows_the_changes_before_it_in_its_partiti
     # In the next batch the delete of key 2 has nothing before it but what the first batch saw.
     second = plan(changelog(spark, [row("d", 2, 3, None)]), first.partition_ts)
     assert net(second)["[2]"][1] > f"{600:020d}/"
+
+
+def test_a_delete_without_commit_ts_follows_what_an_earlier_task_read_of_its_partition(spark):
+    """Two files of one partition are two tasks: the later task alone never saw the commit ts before it."""
+    first, second = [row("c", 1, 0, 500), row("c", 2, 1, 600)], [row("d", 1, 2, None)]
+    batch = plan(changelog(spark, first + second, tasks=[first, second]))
+    assert net(batch)["[1]"] == ("d", f"{600:020d}/~{2:020d}")
+    assert (batch.records, batch.counts, batch.offsets) == (3, {"event": 3}, {"t:0": 2})
 
 
 def test_replays_collapse_and_the_newest_change_wins(spark):

@@ -10,7 +10,7 @@ the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -20,8 +20,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
-from cdclake.events import UNKNOWN_TYPE, ChangeEvent, Row, Source
-from cdclake.formats.base import Format
+from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
+from cdclake.formats.base import Decoded, Format
 from cdclake.records import Record
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -37,6 +37,10 @@ CHANGELOG_ARROW = pa.schema([
     ("checksum_ok", pa.bool_()), ("checksum_expected", pa.int64()), ("checksum_actual", pa.int64()),
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("seq", pa.int32()),
     ("error", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()), ("format", pa.string()),
+    # An event without a commit ts: its partition's latest commit ts before it, in this task.
+    ("partition_ts", pa.int64()),
+    # status = 'tally': what a task read of a partition (offsets first_offset..offset, records, events).
+    ("first_offset", pa.int64()), ("records", pa.int64()), ("events", pa.int64()),
 ])
 
 _json = msgspec.json.Encoder()
@@ -94,29 +98,163 @@ class _Layouts(dict[int, _Layout]):
         return layout
 
 
-def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
+class _Entry(msgspec.Struct, array_like=True, gc=False):
+    """A decoded event on its way into the changelog, with what the reduction and the planner need of it."""
+
+    event: ChangeEvent
+    key: bytes | None
+    before_key: bytes | None
+    rank: int  # the event's rank among the events of its record
+    partition_ts: int | None  # without a commit ts of its own: the partition's latest commit ts before it
+
+
+class _Tally(msgspec.Struct, gc=False):
+    """What one task read of one partition: the planner's counts, offsets and commit ts come from these."""
+
+    first_offset: int
+    offset: int
+    commit_ts: int | None = None
+    records: int = 0
+    events: int = 0
+
+
+class _Task:
+    """The changelog of one task's records (one Spark input partition, read in offset order).
+
+    With ``reduce``, each key's row changes are reduced to the newest, by the planner's own order
+    (commit ts, position, partition, offset, rank), before they leave the worker, so the JVM and the
+    planner handle a fraction of them. The lake ends the same: the newest change carries the whole row,
+    and a TRUNCATE or DROP TABLE between two changes buries what is older than it by sequence, whichever
+    changes reach it. Only RENAME TABLE moves rows between tables: a batch with one is planned again
+    unreduced (see pipeline). Changes without a commit ts are not reduced: their order comes from their
+    partition's commit ts before them, which the planner completes across tasks."""
+
+    def __init__(self, fmt: Format, reduce: bool, max_held: int = 200_000) -> None:
+        self.fmt, self.reduce, self.max_held = fmt, reduce, max_held
+        self.layouts = _Layouts()
+        self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
+        self.latest_ts: dict[tuple[str | None, int | None], int] = {}
+        self.newest: dict[tuple[Any, ...], tuple[tuple[Any, ...], _Entry]] = {}
+
+    def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
+        """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
+        decoded = self.fmt.decode(records)
+        self._count_records(records)
+        entries = self._entries(decoded.events)
+        rows = _unproductive(records, decoded, entries)
+        if self.reduce:
+            entries = self._reduce(entries)
+        if entries:
+            yield _batch(_event_columns(entries, self.layouts), len(entries))
+        if len(self.newest) > self.max_held:  # bounded memory: the planner finishes the reduction
+            yield from self._flush()
+        if rows:
+            yield _batch(_record_columns(rows, self.fmt.name), len(rows))
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        yield from self._flush()
+        if self.tallies:
+            tallies = list(self.tallies.items())
+            yield _batch({
+                "status": ["tally"] * len(tallies), "topic": [tp[0] for tp, _ in tallies],
+                "partition": [tp[1] for tp, _ in tallies], "offset": [t.offset for _, t in tallies],
+                "first_offset": [t.first_offset for _, t in tallies], "commit_ts": [t.commit_ts for _, t in tallies],
+                "records": [t.records for _, t in tallies], "events": [t.events for _, t in tallies],
+                "seq": [0] * len(tallies), "format": [self.fmt.name] * len(tallies),
+            }, len(tallies))
+
+    def _flush(self) -> Iterator[pa.RecordBatch]:
+        entries = [entry for _, entry in self.newest.values()]
+        self.newest.clear()
+        if entries:
+            yield _batch(_event_columns(entries, self.layouts), len(entries))
+
+    def _count_records(self, records: list[Record]) -> None:
+        for r in records:
+            tally = self.tallies.get((r.topic, r.partition))
+            if tally is None:
+                tally = self.tallies[(r.topic, r.partition)] = _Tally(r.offset, r.offset)
+            tally.offset = max(tally.offset, r.offset)
+            tally.first_offset = min(tally.first_offset, r.offset)
+            tally.records += 1
+
+    def _entries(self, events: list[ChangeEvent]) -> list[_Entry]:
+        """Each event with its key, the key before an update, its rank in its record and, without a commit
+        ts, its partition's latest commit ts before it; counts each partition's events and commit ts."""
+        layouts, encode, latest_ts, tallies = self.layouts, _json.encode, self.latest_ts, self.tallies
+        entries: list[_Entry] = []
+        previous: Source | None = None
+        rank = 0
+        for event in events:
+            layout = layouts.of(event.columns)
+            names: list[str] | None = layout.key_names or (list(event.key) if event.key else None)
+            key, before, after = event.key, event.before, event.after
+            if key is not None and names is not None and all(n in key for n in names):
+                key_bytes = encode([key[n] for n in names])
+            else:
+                key_bytes = key_text(names, after if after is not None else before)
+            before_key = key_text(names, before) if after is not None else None
+            # A record's events come together, sharing one Source as a rule (compared by value when a format
+            # made one per event).
+            source = event.source or _NO_SOURCE
+            same = previous is not None and (source is previous or (
+                source.offset == previous.offset and source.partition == previous.partition
+                and source.topic == previous.topic))
+            rank = rank + 1 if same else 0
+            previous = source
+            where = (source.topic, source.partition)
+            commit_ts = event.commit_ts
+            entries.append(_Entry(event, key_bytes, before_key, rank, None if commit_ts is not None
+                                  else latest_ts.get(where)))
+            tally = tallies.get(where)
+            if tally is None:
+                offset = source.offset or 0
+                tally = tallies[where] = _Tally(offset, offset)
+            tally.events += 1
+            if commit_ts is not None:
+                if tally.commit_ts is None or commit_ts > tally.commit_ts:
+                    tally.commit_ts = commit_ts
+                if commit_ts > latest_ts.get(where, commit_ts - 1):
+                    latest_ts[where] = commit_ts
+        return entries
+
+    def _reduce(self, entries: list[_Entry]) -> list[_Entry]:
+        """Keeps each key's newest row change in :attr:`newest`; returns the entries that pass unreduced."""
+        newest = self.newest
+        passing: list[_Entry] = []
+        for entry in entries:
+            event = entry.event
+            commit_ts = event.commit_ts
+            if event.kind != ROW or commit_ts is None or commit_ts < 0 or entry.key is None:
+                passing.append(entry)
+                continue
+            source = event.source or _NO_SOURCE
+            order = (commit_ts, event.position or "", source.partition or 0, source.offset or 0, entry.rank)
+            table = (event.database, event.table)
+            held = newest.get((table, entry.key))
+            if held is None or order > held[0]:
+                newest[(table, entry.key)] = (order, entry)
+            if event.op == UPDATE and entry.before_key is not None and entry.before_key != entry.key:
+                # The row left its old key: a delete of that key, as the planner makes of it.
+                held = newest.get((table, entry.before_key))
+                if held is None or order > held[0]:
+                    moved = msgspec.structs.replace(event, op=DELETE, after=None)
+                    newest[(table, entry.before_key)] = (order, _Entry(moved, entry.before_key, None, entry.rank, None))
+        return passing
+
+
+def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[Any]]:
     """The changelog columns of decoded events, built column by column: this runs once per change, so
     every per-event step that a whole column can do at once is done that way."""
-    layouts = _Layouts()
     encode = _json.encode
     # JSON stays in msgspec's UTF-8 bytes: Arrow takes them as they are (see _batch).
-    keys: list[bytes | None] = []
-    before_keys: list[bytes | None] = []
     befores: list[bytes | None] = []
     afters: list[bytes | None] = []
     texts: list[bytes | None] = []
-    seqs: list[int] = []
-    previous: Source | None = None
-    seq = 0
-    for event in events:
+    for entry in entries:
+        event = entry.event
         layout = layouts.of(event.columns)
-        names: list[str] | None = layout.key_names or (list(event.key) if event.key else None)
-        key, before, after = event.key, event.before, event.after
-        if key is not None and names is not None and all(n in key for n in names):
-            keys.append(encode([key[n] for n in names]))
-        else:
-            keys.append(key_text(names, after if after is not None else before))
-        before_keys.append(key_text(names, before) if after is not None else None)
+        before, after = event.before, event.after
         if layout.untyped:
             befores.append(_image_json(before, True))
             afters.append(_image_json(after, True))
@@ -124,33 +262,40 @@ def _event_columns(events: list[ChangeEvent]) -> dict[str, list[Any]]:
             befores.append(None if before is None else encode(before))
             afters.append(None if after is None else encode(after))
         texts.append(layout.text)
-        # An event's rank among the events of its record: a record's events come together, sharing one
-        # Source as a rule (compared by value when a format made one per event).
-        source = event.source
-        same = previous is not None and source is not None and (source is previous or (
-            source.offset == previous.offset and source.partition == previous.partition
-            and source.topic == previous.topic))
-        seq = seq + 1 if same else 0
-        seqs.append(seq)
-        previous = source
+    events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
     checksums = [e.checksum for e in events]
     return {
         "status": ["event"] * len(events), "kind": [e.kind for e in events], "op": [e.op for e in events],
         "database": [e.database for e in events], "table": [e.table for e in events],
-        "key": keys, "before_key": before_keys, "before": befores, "after": afters, "columns": texts,
+        "key": [entry.key for entry in entries], "before_key": [entry.before_key for entry in entries],
+        "before": befores, "after": afters, "columns": texts,
         "commit_ts": [e.commit_ts for e in events], "position": [e.position for e in events],
         "ts_ms": [e.ts_ms for e in events], "ddl": [e.ddl for e in events],
         "checksum_ok": [c.ok if c else None for c in checksums],
         "checksum_expected": [c.expected if c else None for c in checksums],
         "checksum_actual": [c.actual if c else None for c in checksums],
         "topic": [s.topic for s in sources], "partition": [s.partition for s in sources],
-        "offset": [s.offset for s in sources], "seq": seqs,
+        "offset": [s.offset for s in sources], "seq": [entry.rank for entry in entries],
+        "partition_ts": [entry.partition_ts for entry in entries],
         "format": [s.format or None for s in sources],
     }
 
 
 _NO_SOURCE = Source("")
+
+
+def _unproductive(records: list[Record], decoded: Decoded,
+                  entries: list[_Entry]) -> list[tuple[Record, str, str | None]]:
+    """The records that failed or made no event, each with its status and reason (by the ranks of the batch's
+    events, a batch whose every record made events needs no search)."""
+    if not decoded.failures and not decoded.skipped and (
+            sum(1 for e in entries if e.rank == 0) == len(records)):
+        return []
+    failed = {id(f.record): f.reason for f in decoded.failures}
+    made = {(s.topic, s.partition, s.offset) for s in (e.source for e in decoded.events) if s is not None}
+    return [(r, "failed", failed[id(r)]) if id(r) in failed else (r, "skipped", None) for r in records
+            if id(r) in failed or (r.topic, r.partition, r.offset) not in made]
 
 
 def _record_columns(rows: list[tuple[Record, str, str | None]], fmt: str) -> dict[str, list[Any]]:
@@ -182,20 +327,18 @@ def _batch(columns: dict[str, list[Any]], rows: int) -> pa.RecordBatch:
          for f in CHANGELOG_ARROW], schema=CHANGELOG_ARROW)
 
 
-def decode_batch(fmt: Format, records: list[Record]) -> pa.RecordBatch:
-    """Decode one batch of records into one changelog batch (plain Python + Arrow; testable alone)."""
-    decoded = fmt.decode(records)
-    events = decoded.events
-    out = _batch(_event_columns(events), len(events))
-    seqs = out.column("seq")
-    producing = len(events) - pc.sum(pc.not_equal(seqs, 0)).as_py() if events else 0
-    if producing == len(records) and not decoded.failures and not decoded.skipped:
-        return out  # every record made events (both counts agree): nothing else to account for
-    failed = {id(f.record): f.reason for f in decoded.failures}
-    made = {(s.topic, s.partition, s.offset) for s in (e.source for e in events) if s is not None}
-    rows = [(r, "failed", failed[id(r)]) if id(r) in failed else (r, "skipped", None) for r in records
-            if id(r) in failed or (r.topic, r.partition, r.offset) not in made]
-    return pa.concat_batches([out, _batch(_record_columns(rows, fmt.name), len(rows))])
+def decode_task(fmt: Format, batches: Iterable[list[Record]], reduce: bool = False) -> Iterator[pa.RecordBatch]:
+    """The changelog of one task's records, batch by batch (plain Python + Arrow; testable alone)."""
+    task = _Task(fmt, reduce)
+    for records in batches:
+        if records:
+            yield from task.add(records)
+    yield from task.finish()
+
+
+def decode_batch(fmt: Format, records: list[Record], reduce: bool = False) -> pa.RecordBatch:
+    """The changelog of one batch of records, in one Arrow batch."""
+    return pa.concat_batches([_batch({}, 0), *decode_task(fmt, [records], reduce)])
 
 
 def records_from_arrow(batch: pa.RecordBatch) -> list[Record]:
@@ -217,15 +360,15 @@ def records_from_arrow(batch: pa.RecordBatch) -> list[Record]:
                 batch.column("offset").to_pylist(), timestamps, headers, strict=True)]
 
 
-def decode(records: DataFrame, format_name: str, options: dict[str, str] | None = None) -> DataFrame:
-    """The changelog of a record DataFrame (columns as Spark's Kafka source gives them)."""
+def decode(records: DataFrame, format_name: str, options: dict[str, str] | None = None,
+           reduce: bool = False) -> DataFrame:
+    """The changelog of a record DataFrame (columns as Spark's Kafka source gives them). With ``reduce``,
+    each task sends only each key's newest row change (see :class:`_Task`), plus its tallies."""
     opts = dict(options or {})
     formats.create(format_name, opts)  # fail fast on the driver for a bad name or option
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fmt = _format(format_name, opts)
-        for batch in batches:
-            if batch.num_rows:
-                yield decode_batch(fmt, records_from_arrow(batch))
+        yield from decode_task(fmt, (records_from_arrow(b) for b in batches if b.num_rows), reduce)
 
     return records.mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))

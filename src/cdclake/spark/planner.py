@@ -55,13 +55,17 @@ class BatchPlan:
     counts: dict[str, int]
     last_seq: dict[TableName, str]
     partition_ts: dict[str, int]
-    records: int  # the records behind the changelog (each has one row with seq 0)
+    records: int  # the records behind the changelog (by its tallies)
     offsets: dict[str, int]  # the last offset per "topic:partition"
+
+    def renames_tables(self) -> bool:
+        return any(isinstance(action, DDL.RenameTable) for steps in self.tables.values() for step in steps
+                   if isinstance(step, DdlStep) for action in step.actions)
 
 
 # A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything
-# before it in its partition: it takes the partition's latest commit ts so far and sorts after that
-# commit's changes ("~" follows every digit).
+# before it in its partition: it takes the partition's latest commit ts so far (``_partition_ts``, see
+# partition_commit_ts) and sorts after that commit's changes ("~" follows every digit).
 SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '0'), '/', "
        "CASE WHEN commit_ts IS NULL THEN concat('~', lpad(cast(offset AS STRING), 20, '0')) "
        "ELSE coalesce(position, '') END)")
@@ -181,45 +185,50 @@ def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
     return net.selectExpr(*projections)
 
 
-def partition_commit_ts(events: DataFrame, carried: dict[str, int]) -> DataFrame:
-    """Each event with the latest commit ts seen in its partition up to it, starting from what earlier
-    batches saw (``carried``, by ``topic:partition``)."""
-    so_far = Window.partitionBy("topic", "partition").orderBy("offset", "seq").rowsBetween(
-        Window.unboundedPreceding, Window.currentRow)
-    before = F.lit(None).cast("long")
+def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column:
+    """For a change without a commit ts: the latest commit ts of its partition before it. The decoding task
+    gave it the latest in the task (``partition_ts``); earlier tasks of the same partition in this batch
+    (their tallies end before its offset) and earlier batches (``carried``, by ``topic:partition``) may have
+    seen later ones."""
+    def here(topic: str, partition: int) -> F.Column:
+        return (F.col("topic") == topic) & (F.col("partition") == partition)
+
+    candidates = [F.col("partition_ts")]
+    per_partition: dict[tuple[str, int], list[Row]] = defaultdict(list)
+    for t in tallies:
+        per_partition[(t["topic"], t["partition"])].append(t)
+    for (topic, partition), mine in per_partition.items():
+        candidates += [F.when(here(topic, partition) & (F.col("offset") > t["offset"]), F.lit(t["commit_ts"]))
+                       for t in mine if len(mine) > 1 and t["commit_ts"] is not None]
     for coords, ts in carried.items():
         topic, _, partition = coords.rpartition(":")
-        before = F.when((F.col("topic") == topic) & (F.col("partition") == int(partition)), F.lit(ts)).otherwise(
-            before)
-    return events.withColumn("_partition_ts", F.greatest(F.max("commit_ts").over(so_far), before))
+        candidates.append(F.when(here(topic, int(partition)), F.lit(ts)))
+    return F.greatest(*candidates, F.lit(None).cast("long")) if len(candidates) > 1 else candidates[0]
 
 
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
-    # One pass over the changelog for everything the batch reports and keeps per partition.
-    summary = (changelog.groupBy("topic", "partition", "status")
-               .agg(F.count(F.lit(1)).alias("rows"), F.count_if(F.col("seq") == 0).alias("records"),
-                    F.max("offset").alias("offset"), F.max("commit_ts").alias("ts"),
-                    F.count_if(F.col("commit_ts").isNull()).alias("untimed"))
-               .collect())
+    # The tallies and the counts of records without events, in one small job.
+    tally = F.struct("topic", "partition", "first_offset", "offset", "commit_ts", "records", "events")
+    summary = (changelog.filter(F.col("status") != "event")
+               .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"))
+               .agg(F.count(F.lit(1)).alias("rows")).collect())
     counts: dict[str, int] = defaultdict(int)
     offsets: dict[str, int] = {}
     partition_ts: dict[str, int] = dict(carried_ts or {})
-    untimed = False
+    tallies = [r["tally"] for r in summary if r["tally"] is not None]
     for r in summary:
-        counts[r["status"]] += r["rows"]
-        coords = f"{r['topic']}:{r['partition']}"
-        if r["offset"] is not None:
-            offsets[coords] = max(offsets.get(coords, r["offset"]), r["offset"])
-        if r["status"] == "event":
-            untimed = untimed or bool(r["untimed"])
-            if r["ts"] is not None:
-                partition_ts[coords] = max(partition_ts.get(coords, 0), r["ts"])
-    events = changelog.filter(F.col("status") == "event")
-    # Changes without a commit ts start from what earlier batches saw (the carried ts), not this batch's.
-    events = (partition_commit_ts(events, dict(carried_ts or {})) if untimed
-              else events.withColumn("_partition_ts", F.lit(None).cast("long")))
-    events = events.withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts")
+        if r["tally"] is None:
+            counts[r["status"]] += r["rows"]
+    for t in tallies:
+        counts["event"] += t["events"]
+        coords = f"{t['topic']}:{t['partition']}"
+        offsets[coords] = max(offsets.get(coords, t["offset"]), t["offset"])
+        if t["commit_ts"] is not None:
+            partition_ts[coords] = max(partition_ts.get(coords, 0), t["commit_ts"])
+    events = (changelog.filter(F.col("status") == "event")
+              .withColumn("_partition_ts", partition_commit_ts(tallies, dict(carried_ts or {})))
+              .withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts"))
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
     control_rows = (events.filter(F.col("kind").isin("ddl", "truncate"))
@@ -276,7 +285,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         "topic", "partition", "offset", F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
         "format", F.col("error").alias("reason"))
     return BatchPlan(dict(steps), _order_tables(steps), dead, dict(counts), last_seq, partition_ts,
-                     sum(r["records"] for r in summary), offsets)
+                     sum(t["records"] for t in tallies), offsets)
 
 
 def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
