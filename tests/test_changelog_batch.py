@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -88,7 +89,7 @@ def test_every_record_is_accounted_for_and_events_ranked_within_their_record():
     failed = out[5]
     assert failed["raw_value"] == b"{broken" and failed["raw_key"] == b"k" and "invalid JSON" in failed["error"]
     first = out[0]
-    assert (first["key"], json.loads(first["after"]), first["before"]) == ("[1]", {"id": 1, "name": "n1"}, None)
+    assert (first["key"], json.loads(first["after"]), first["before_key"]) == ("[1]", {"id": 1, "name": "n1"}, None)
     assert [c["name"] for c in json.loads(first["columns"])] == ["id", "name"]
 
 
@@ -139,6 +140,35 @@ def test_a_segment_is_exactly_its_lines_whatever_the_chunking(tmp_path_factory, 
         finally:
             files.BATCH_ROWS = saved
         assert got == expected
+
+
+@given(st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=40), st.integers(1, 9),
+       st.integers(0, 45), st.integers(0, 45), st.integers(1, 6), st.booleans())
+def test_tasks_that_seek_to_known_line_starts_read_exactly_their_lines(tmp_path_factory, lines, block, first, stop,
+                                                                       min_tasks, ended):
+    from cdclake.spark import sources as S
+
+    path = tmp_path_factory.mktemp("seek") / "plain.txt"
+    data = b"\n".join(lines) + (b"\n" if ended else b"")
+    path.write_bytes(data)
+    counter = files.LineCounter(complete_only=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "COUNT_BLOCK", block)  # many blocks, so many known line starts
+        total = counter.count(str(path))
+    assert total == len(files._lines(data, False))
+    for line, byte in counter._scan(str(path))[3]:
+        assert byte == sum(len(x) + 1 for x in data.split(b"\n")[:line])  # really where that line starts
+    whole = [line.rstrip(b"\r") for line in files._lines(data, False)]
+    stop = min(stop, total)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(S, "MIN_TASK_LINES", 1)
+        tasks = S._tasks([(str(path), first, stop)] if first < stop else [], counter, min_tasks, False)
+    assert [(t.first, t.stop) for t in tasks] == sorted((t.first, t.stop) for t in tasks)
+    assert sum(t.stop - t.first for t in tasks) == max(0, stop - first)
+    assert len(tasks) >= min(min_tasks, max(0, stop - first))
+    got = [(r.offset, r.value) for t in tasks
+           for b in files.read_segment(t.name, t.first, t.stop, seek=t.seek) for r in records_from_arrow(b)]
+    assert got == [(i, whole[i]) for i in range(first, stop) if whole[i].strip()]
 
 
 def _lake_state(rows: list[dict]) -> dict[tuple, tuple]:

@@ -377,11 +377,17 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
         records, target = _file_records(spark, source, config)
     else:
         raise ValueError(f"source {source.name}: neither input nor kafka")
-    query = (records.writeStream.foreachBatch(applier)
-             .option("checkpointLocation", os.path.join(checkpoint, "spark"))
-             .trigger(processingTime=f"{config.poll_seconds} seconds" if config.follow else "0 seconds")
-             .queryName(f"cdclake-{config.name}-{source.name}")
-             .start())
+    writer = (records.writeStream.foreachBatch(applier)
+              .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+              .queryName(f"cdclake-{config.name}-{source.name}"))
+    if config.follow:
+        writer = writer.trigger(processingTime=f"{config.poll_seconds} seconds")
+    elif source.kafka is None:
+        # Files: the source fixes its end when the query starts and Spark stops the query once there.
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="0 seconds")
+    query = writer.start()
     short_since: float | None = None  # since when a Kafka source has found no records short of the target
     last_end: Any = None
     try:
@@ -429,12 +435,10 @@ def _caught_up(query: Any, target: dict[str, Any]) -> tuple[str | None, Any]:
 
 
 def _reached(end: dict[str, Any] | None, target: dict[str, Any]) -> bool:
-    """Whether a stream offset is at or past the target: a file and line, or Kafka offsets per partition.
-    Before the first batch (no offset yet) only an empty target, nothing to read, is reached."""
+    """Whether a stream's Kafka offsets are at or past the target's, partition by partition. Before the first
+    batch (no offset yet) only an empty target, nothing to read, is reached."""
     if end is None:
         return not target
-    if "file" in target:
-        return (end["file"], end["line"]) >= (target["file"], target["line"])
     got = kafka.flatten(kafka.from_json(end))
     return all(got.get(tp, -1) >= offset for tp, offset in kafka.flatten(kafka.from_json(target)).items())
 
@@ -465,14 +469,14 @@ def _wait_for_kafka(source: SourceConfig, end: dict[str, Any] | None, target: di
 
 def _file_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig) -> tuple[DataFrame, Any]:
     assert source.input is not None
+    # Every core busy, even in a batch that holds one file: Spark's own notion of how many tasks a stage wants.
+    tasks = spark.conf.get("spark.default.parallelism", None) or str(os.cpu_count() or 1)
     reader = (spark.readStream.format("cdclake-files").option("path", source.input)
               .option("maxRecordsPerBatch", str(source.max_records_per_batch or 0))
+              .option("minPartitions", tasks)
               .option("follow", "true" if config.follow else "false"))
-    target = None
-    if not config.follow:
-        counter = files.LineCounter(complete_only=False)
-        target, _ = files.plan_range(files.list_files(source.input), counter, {"file": "", "line": 0}, None)
-    return reader.load(), target
+    # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _run_query).
+    return reader.load(), None
 
 
 def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig,

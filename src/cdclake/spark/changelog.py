@@ -31,8 +31,8 @@ AFTER_MAP = "map<string,string>"
 CHANGELOG_ARROW = pa.schema([
     ("status", pa.string()), ("kind", pa.string()), ("op", pa.string()),
     ("database", pa.string()), ("table", pa.string()),
-    ("key", pa.string()), ("before_key", pa.string()),
-    ("before", pa.string()), ("after", pa.string()), ("columns", pa.string()),
+    # The before image itself never reaches the lake: only the key it had (``before_key``).
+    ("key", pa.string()), ("before_key", pa.string()), ("after", pa.string()), ("columns", pa.string()),
     ("commit_ts", pa.int64()), ("position", pa.string()), ("ts_ms", pa.int64()), ("ddl", pa.string()),
     ("checksum_ok", pa.bool_()), ("checksum_expected", pa.int64()), ("checksum_actual", pa.int64()),
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("seq", pa.int32()),
@@ -248,18 +248,15 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
     every per-event step that a whole column can do at once is done that way."""
     encode = _json.encode
     # JSON stays in msgspec's UTF-8 bytes: Arrow takes them as they are (see _batch).
-    befores: list[bytes | None] = []
     afters: list[bytes | None] = []
     texts: list[bytes | None] = []
     for entry in entries:
         event = entry.event
         layout = layouts.of(event.columns)
-        before, after = event.before, event.after
+        after = event.after
         if layout.untyped:
-            befores.append(_image_json(before, True))
             afters.append(_image_json(after, True))
         else:
-            befores.append(None if before is None else encode(before))
             afters.append(None if after is None else encode(after))
         texts.append(layout.text)
     events = [entry.event for entry in entries]
@@ -269,7 +266,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
         "status": ["event"] * len(events), "kind": [e.kind for e in events], "op": [e.op for e in events],
         "database": [e.database for e in events], "table": [e.table for e in events],
         "key": [entry.key for entry in entries], "before_key": [entry.before_key for entry in entries],
-        "before": befores, "after": afters, "columns": texts,
+        "after": afters, "columns": texts,
         "commit_ts": [e.commit_ts for e in events], "position": [e.position for e in events],
         "ts_ms": [e.ts_ms for e in events], "ddl": [e.ddl for e in events],
         "checksum_ok": [c.ok if c else None for c in checksums],
@@ -312,7 +309,7 @@ def _record_columns(rows: list[tuple[Record, str, str | None]], fmt: str) -> dic
 
 # Columns that _event_columns fills with JSON as UTF-8 bytes: a binary array viewed as text takes them without
 # the decode to str and the encode back that a string array would cost.
-_JSON_BYTES = frozenset({"key", "before_key", "before", "after", "columns"})
+_JSON_BYTES = frozenset({"key", "before_key", "after", "columns"})
 
 
 def _array(name: str, values: list[Any], kind: pa.DataType) -> pa.Array:

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from cdclake.sources import files
 from cdclake.sources import kafka as K
@@ -19,13 +20,30 @@ START = {"file": "", "line": 0}
 
 
 class _Segment(InputPartition):
-    def __init__(self, name: str, first: int, stop: int, complete_only: bool) -> None:
+    def __init__(self, name: str, first: int, stop: int, complete_only: bool,
+                 seek: tuple[int, int] = (0, 0)) -> None:
         super().__init__((name, first, stop))
-        self.name, self.first, self.stop, self.complete_only = name, first, stop, complete_only
+        self.name, self.first, self.stop, self.complete_only, self.seek = name, first, stop, complete_only, seek
+
+
+MIN_TASK_LINES = 10_000  # a task is worth its start-up
+
+
+def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min_tasks: int,
+           complete_only: bool) -> list[_Segment]:
+    """The segments cut into at least ``min_tasks`` tasks where they are long enough, each starting from a
+    known line start near its first line: one file's lines are read, decoded and reduced in parallel (a
+    file is one partition, and a batch may hold little more than one file)."""
+    total = sum(stop - first for _, first, stop in segments)
+    size = max(MIN_TASK_LINES, total // max(1, min_tasks), 1)
+    return [_Segment(name, begin, min(stop, begin + size), complete_only, counter.seek_point(name, begin))
+            for name, first, stop in segments for begin in range(first, stop, size)]
 
 
 class FilesDataSource(DataSource):
-    """``spark.read[Stream].format("cdclake-files").option("path", DIR)``."""
+    """``spark.read[Stream].format("cdclake-files").option("path", DIR)``; options ``maxRecordsPerBatch``
+    (lines per micro-batch) and ``minPartitions`` (at least this many tasks per batch where files are long
+    enough: a file's lines are read by several tasks at once)."""
 
     @classmethod
     def name(cls) -> str:
@@ -41,37 +59,46 @@ class FilesDataSource(DataSource):
         return _FilesStreamReader(self.options)
 
 
+def _min_tasks(options: dict[str, str]) -> int:
+    return int(options.get("minPartitions", "1") or 1)
+
+
 class _FilesReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.path = options["path"]
+        self.min_tasks = _min_tasks(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         counter = files.LineCounter(complete_only=False)
         _, segments = files.plan_range(files.list_files(self.path), counter, START, None)
-        return [_Segment(*s, complete_only=False) for s in segments] or [_Segment("", 0, 0, False)]
+        return _tasks(segments, counter, self.min_tasks, False) or [_Segment("", 0, 0, False)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
         if partition.name:
-            yield from files.read_segment(partition.name, partition.first, partition.stop)
+            yield from files.read_segment(partition.name, partition.first, partition.stop, seek=partition.seek)
 
 
-class _FilesStreamReader(DataSourceStreamReader):
+class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are file name + line. In follow mode only newline-terminated lines count, so a line
-    still being written is never read half."""
+    still being written is never read half. With ``Trigger.AvailableNow`` (a run without follow) the input
+    as it is when the query starts is all there is: batches of at most the limit up to it, then the query
+    stops by itself."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.path = options["path"]
         self.limit = int(options.get("maxRecordsPerBatch", "0") or 0)
+        self.min_tasks = _min_tasks(options)
         self.complete_only = options.get("follow", "false") == "true"
         self.counter = files.LineCounter(self.complete_only)
         self.initial = json.loads(options["startingOffset"]) if options.get("startingOffset") else dict(START)
         self._last_end = dict(self.initial)
+        self._target: dict | None = None
 
     def initialOffset(self) -> dict:
         return dict(self.initial)
 
-    # Spark 4.2+ passes (start, limit); 4.0/4.1 call it without arguments: both are served.
+    # Spark passes (start, limit); called without them, the reader goes on from its last end.
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         begin = start if start is not None else self._last_end
         max_rows = getattr(limit, "max_rows", None)
@@ -80,8 +107,15 @@ class _FilesStreamReader(DataSourceStreamReader):
         elif limit is None:
             max_rows = self.limit or None
         end, _ = files.plan_range(files.list_files(self.path), self.counter, begin, max_rows)
+        if self._target is not None and _position(end) > _position(self._target):
+            end = max(self._target, begin, key=_position)  # nothing past the input seen at start
         self._last_end = end
         return end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # From any start, everything there is ends at the last file's last line: only that file is counted.
+        names = files.list_files(self.path)
+        self._target = {"file": names[-1], "line": self.counter.count(names[-1])} if names else dict(START)
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -93,16 +127,20 @@ class _FilesStreamReader(DataSourceStreamReader):
         for name, first, stop in segments:
             if (name, first) >= (end["file"], end["line"]):
                 break
-            bounded.append(_Segment(name, first, stop if name < end["file"] else min(stop, end["line"]),
-                                    self.complete_only))
-        return bounded
+            bounded.append((name, first, stop if name < end["file"] else min(stop, end["line"])))
+        return _tasks(bounded, self.counter, self.min_tasks, self.complete_only)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
-        yield from files.read_segment(partition.name, partition.first, partition.stop, partition.complete_only)
+        yield from files.read_segment(partition.name, partition.first, partition.stop, partition.complete_only,
+                                      partition.seek)
 
     def commit(self, end: dict) -> None:
         pass
+
+
+def _position(offset: dict) -> tuple[str, int]:
+    return offset["file"], offset["line"]
 
 
 # Spark's Kafka source without includeHeaders has every column but the last.
@@ -183,7 +221,7 @@ class _KafkaStreamReader(DataSourceStreamReader):
             self._initial = K.to_json(client.resolve(self.opts.starting, parts))
         return self._initial
 
-    # Spark 4.2+ passes (start, limit); 4.0/4.1 call it without arguments: both are served.
+    # Spark passes (start, limit); called without them, the reader goes on from its last end.
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         begin = K.flatten(K.from_json(start if start is not None else self._last_end or self.initialOffset()))
         max_rows = getattr(limit, "max_rows", None)
