@@ -78,30 +78,33 @@ def compare_decoders(spark, records_dir: Path) -> tuple[float, float, int]:
     return native_s, ours_s, n
 
 
+READ, CONVERT, DECODE, CHANGELOG = ("reading captured lines (JSON, base64) into Arrow", "Arrow records into Python "
+                                    "records", "decoding (canal-json)", "decoding + changelog, reduced per key")
+
+
 def python_costs(records_dir: Path, lines: int = 100_000) -> dict[str, float]:
     """CPU µs per record of each Python step the executors run, on one core outside Spark (best of 3): the
-    floor under the pipeline's speed whatever Spark does around it."""
+    floor under the pipeline's speed whatever Spark does around it. DECODE is part of CHANGELOG."""
     from cdclake.sources import files
 
-    name = files.list_files(str(records_dir))[0]
-    fmt = formats.create("canal-json")
-    steps = {
-        "reading captured lines (JSON, base64) into Arrow": lambda: list(files.read_segment(name, 0, lines)),
-        "Arrow records into Python records": lambda: [CL.records_from_arrow(b) for b in batches],
-        "decoding (canal-json)": lambda: [fmt.decode(r) for r in records],
-        "decoding + changelog, reduced per key": lambda: list(CL.decode_task(fmt, records, reduce=True)),
-    }
-    costs: dict[str, float] = {}
-    batches = steps["reading captured lines (JSON, base64) into Arrow"]()
-    records = [CL.records_from_arrow(b) for b in batches]
-    for label, step in steps.items():
+    def best_of_3(step) -> float:
         best = float("inf")
         for _ in range(3):
             started = time.process_time()
             step()
             best = min(best, time.process_time() - started)
-        costs[label] = best / lines * 1e6
-    return costs
+        return best / lines * 1e6
+
+    name = files.list_files(str(records_dir))[0]
+    fmt = formats.create("canal-json")
+    batches = list(files.read_segment(name, 0, lines))
+    records = [CL.records_from_arrow(b) for b in batches]
+    return {
+        READ: best_of_3(lambda: list(files.read_segment(name, 0, lines))),
+        CONVERT: best_of_3(lambda: [CL.records_from_arrow(b) for b in batches]),
+        DECODE: best_of_3(lambda: [fmt.decode(r) for r in records]),
+        CHANGELOG: best_of_3(lambda: list(CL.decode_task(fmt, records, reduce=True))),
+    }
 
 
 def end_to_end(spark, root: Path, lake: Path) -> tuple[float, pipeline.RunSummary]:
@@ -198,8 +201,7 @@ def main() -> None:
     plan_s = sum(b.plan_seconds for b in summary.batches)
     apply_s = sum(b.apply_seconds for b in summary.batches)
     peaks = memory.peaks
-    labels = list(costs)
-    per_record = costs[labels[0]] + costs[labels[1]] + costs[labels[3]]
+    per_record = costs[READ] + costs[CONVERT] + costs[CHANGELOG]
     lines = [
         f"## Pipeline ({dt.date.today()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"`benchmarks/pipeline.py --events {args.events}`)",

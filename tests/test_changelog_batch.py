@@ -156,7 +156,7 @@ def test_tasks_that_seek_to_known_line_starts_read_exactly_their_lines(tmp_path_
         patch.setattr(files, "COUNT_BLOCK", block)  # many blocks, so many known line starts
         total = counter.count(str(path))
     assert total == len(files._lines(data, False))
-    for line, byte in counter._scan(str(path))[3]:
+    for line, byte in counter._scan(str(path)).starts:
         assert byte == sum(len(x) + 1 for x in data.split(b"\n")[:line])  # really where that line starts
     whole = [line.rstrip(b"\r") for line in files._lines(data, False)]
     stop = min(stop, total)

@@ -9,6 +9,7 @@ app-transaction marker, so a batch replayed after a crash skips what it had alre
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session
 from cdclake.spark.sources import register
 from cdclake.types import parse_type
+
+logger = logging.getLogger("cdclake.pipeline")
 
 
 def failpoint(name: str) -> None:
@@ -124,6 +127,7 @@ class BatchApplier:
             plan = planner.plan(log, self.partition_ts)
             if reduced and plan.renames_tables():
                 # A RENAME seen by one task only may fall between changes that another task reduced.
+                logger.info("batch %d of %s renames a table: planned again from every change", batch, self.source.name)
                 log.unpersist()
                 log, reduced = self._unreduced(records).persist(), False
                 plan = planner.plan(log, self.partition_ts)

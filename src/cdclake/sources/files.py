@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from cdclake.records import (
@@ -60,6 +61,15 @@ def _lines(data: bytes, complete_only: bool) -> list[bytes]:
     return lines
 
 
+class _Scan(msgspec.Struct, frozen=True):
+    """One counting pass over a file, valid while its size and mtime stay the same."""
+
+    size: int
+    mtime: float
+    lines: int
+    starts: list[tuple[int, int]]  # (line, byte offset where it starts), ascending
+
+
 class LineCounter:
     """Line counts of files, cached by size and mtime so that polling a directory stays cheap; and, from the
     same pass, one known line start per block read, so that a reader can seek close to any line instead of
@@ -67,20 +77,20 @@ class LineCounter:
 
     def __init__(self, complete_only: bool) -> None:
         self.complete_only = complete_only
-        self._cache: dict[str, tuple[int, float, int, list[tuple[int, int]]]] = {}
+        self._cache: dict[str, _Scan] = {}
 
     def count(self, name: str) -> int:
-        return self._scan(name)[2]
+        return self._scan(name).lines
 
     def seek_point(self, name: str, line: int) -> tuple[int, int]:
         """The nearest known (line, byte offset of its start) at or before ``line``."""
-        starts = self._scan(name)[3]
+        starts = self._scan(name).starts
         return starts[bisect.bisect_right(starts, (line, math.inf)) - 1]
 
-    def _scan(self, name: str) -> tuple[int, float, int, list[tuple[int, int]]]:
+    def _scan(self, name: str) -> _Scan:
         stat = os.stat(name)
         cached = self._cache.get(name)
-        if cached and cached[0] == stat.st_size and cached[1] == stat.st_mtime:
+        if cached and cached.size == stat.st_size and cached.mtime == stat.st_mtime:
             return cached
         # A block at a time into one reused buffer: reading a whole 800 MB file at once costs several times the
         # count itself, in page faults and copying. len(_lines(data)) without building the lines.
@@ -95,7 +105,7 @@ class LineCounter:
                 last = buffer[size - 1:size]
                 position += size
         n += 1 if last != b"\n" and not self.complete_only else 0
-        self._cache[name] = (stat.st_size, stat.st_mtime, n, starts)
+        self._cache[name] = _Scan(stat.st_size, stat.st_mtime, n, starts)
         return self._cache[name]
 
 
@@ -155,7 +165,9 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
     a batch that reads part of a large file holds only that part, never the whole file. ``seek`` is a known
     (line, byte offset) at or before ``first`` (see :meth:`LineCounter.seek_point`): reading starts there."""
     topic = Path(name).name
-    captured: bool | None = None
+    # The file's first line, not the segment's: a segment may start at an unreadable line of a captured-records
+    # file, which must still become a record with the reason it is unreadable.
+    captured = is_captured_line(_first_line(name) or b"")
     seek_line, seek_byte = seek
     with open(name, "rb") as handle:
         handle.seek(seek_byte)
@@ -173,10 +185,6 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
                 index += 1
             if not numbered:
                 continue
-            if captured is None:
-                # The file's first line, not the segment's: a segment may start at an unreadable line of a
-                # captured-records file, which must still become a record with the reason it is unreadable.
-                captured = is_captured_line(_first_line(name) or b"")
             if not captured:
                 yield records_to_arrow([Record(value=line, topic=topic, offset=i) for i, line in numbered])
                 continue

@@ -133,7 +133,6 @@ class _Task:
         self.fmt, self.reduce, self.max_held = fmt, reduce, max_held
         self.layouts = _Layouts()
         self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
-        self.latest_ts: dict[tuple[str | None, int | None], int] = {}
         self.newest: dict[tuple[Any, ...], tuple[tuple[Any, ...], _Entry]] = {}
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
@@ -181,7 +180,7 @@ class _Task:
     def _entries(self, events: list[ChangeEvent]) -> list[_Entry]:
         """Each event with its key, the key before an update, its rank in its record and, without a commit
         ts, its partition's latest commit ts before it; counts each partition's events and commit ts."""
-        layouts, encode, latest_ts, tallies = self.layouts, _json.encode, self.latest_ts, self.tallies
+        layouts, encode, tallies = self.layouts, _json.encode, self.tallies
         entries: list[_Entry] = []
         previous: Source | None = None
         rank = 0
@@ -202,20 +201,15 @@ class _Task:
                 and source.topic == previous.topic))
             rank = rank + 1 if same else 0
             previous = source
-            where = (source.topic, source.partition)
+            # The partition's tally (made for its records) holds its latest commit ts so far.
+            tally = tallies.get((source.topic, source.partition))
+            if tally is None:  # a format that named other coordinates than its record's
+                tally = tallies[(source.topic, source.partition)] = _Tally(source.offset or 0, source.offset or 0)
             commit_ts = event.commit_ts
-            entries.append(_Entry(event, key_bytes, before_key, rank, None if commit_ts is not None
-                                  else latest_ts.get(where)))
-            tally = tallies.get(where)
-            if tally is None:
-                offset = source.offset or 0
-                tally = tallies[where] = _Tally(offset, offset)
+            entries.append(_Entry(event, key_bytes, before_key, rank, tally.commit_ts if commit_ts is None else None))
             tally.events += 1
-            if commit_ts is not None:
-                if tally.commit_ts is None or commit_ts > tally.commit_ts:
-                    tally.commit_ts = commit_ts
-                if commit_ts > latest_ts.get(where, commit_ts - 1):
-                    latest_ts[where] = commit_ts
+            if commit_ts is not None and (tally.commit_ts is None or commit_ts > tally.commit_ts):
+                tally.commit_ts = commit_ts
         return entries
 
     def _reduce(self, entries: list[_Entry]) -> list[_Entry]:

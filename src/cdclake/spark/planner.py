@@ -10,7 +10,7 @@ segments, applied in order with the DDL between them.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -194,16 +194,15 @@ def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column
         return (F.col("topic") == topic) & (F.col("partition") == partition)
 
     candidates = [F.col("partition_ts")]
-    per_partition: dict[tuple[str, int], list[Row]] = defaultdict(list)
-    for t in tallies:
-        per_partition[(t["topic"], t["partition"])].append(t)
-    for (topic, partition), mine in per_partition.items():
-        candidates += [F.when(here(topic, partition) & (F.col("offset") > t["offset"]), F.lit(t["commit_ts"]))
-                       for t in mine if len(mine) > 1 and t["commit_ts"] is not None]
+    # A partition that one task read needs no term of its own: that task saw everything before its changes.
+    tasks_per_partition = Counter((t["topic"], t["partition"]) for t in tallies)
+    candidates += [F.when(here(t["topic"], t["partition"]) & (F.col("offset") > t["offset"]), F.lit(t["commit_ts"]))
+                   for t in tallies if tasks_per_partition[(t["topic"], t["partition"])] > 1
+                   and t["commit_ts"] is not None]
     for coords, ts in carried.items():
         topic, _, partition = coords.rpartition(":")
         candidates.append(F.when(here(topic, int(partition)), F.lit(ts)))
-    return F.greatest(*candidates, F.lit(None).cast("long")) if len(candidates) > 1 else candidates[0]
+    return F.greatest(*candidates) if len(candidates) > 1 else candidates[0]
 
 
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from cdclake.sources import files
 from cdclake.sources import kafka as K
@@ -118,7 +118,6 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {"file": names[-1], "line": self.counter.count(names[-1])} if names else dict(START)
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
         return ReadMaxRows(self.limit) if self.limit else ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -246,7 +245,6 @@ class _KafkaStreamReader(DataSourceStreamReader):
                               self.opts.settings.servers, tp[0], tp[1], high, begin[tp], begin[tp])
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
         return ReadMaxRows(self.opts.max_offsets) if self.opts.max_offsets else ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict | None:
