@@ -141,6 +141,38 @@ class PeakMemory(threading.Thread):
             time.sleep(0.2)
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this process and every process under it, by kind; the JVM's by thread, so that
+    its JIT compilers show apart from its tasks. A Python worker that ended counts in its parent's."""
+    tick = os.sysconf("SC_CLK_TCK")
+    spent: dict[str, float] = dict.fromkeys(CPU_KINDS, 0.0)
+
+    def times(stat_path: str, children: bool) -> float:
+        with open(stat_path) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15 if children else 13]) / tick
+
+    for pid, command in _descendants(os.getpid()):
+        try:
+            if pid == os.getpid():
+                spent["driver"] += times(f"/proc/{pid}/stat", children=False)
+            elif "java" in command:
+                for thread in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{thread}/comm") as comm:
+                        name = comm.read()
+                    kind = ("JIT compilers" if "CompilerThre" in name else
+                            "JVM tasks" if name.startswith("Executor task") else "JVM other")
+                    spent[kind] += times(f"/proc/{pid}/task/{thread}/stat", children=False)
+            else:
+                spent["Python workers"] += times(f"/proc/{pid}/stat", children=True)
+        except OSError:
+            continue
+    return spent
+
+
+CPU_KINDS = ("Python workers", "JVM tasks", "JIT compilers", "JVM other", "driver")
+
+
 def _descendants(root: int) -> list[tuple[int, str]]:
     parents: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc"):
@@ -189,7 +221,9 @@ def main() -> None:
         register(spark)
         costs = python_costs(work / "data" / workload.RECORDS_DIR)
         native_s, ours_s, messages = compare_decoders(spark, work / "data" / workload.RECORDS_DIR)
+        cpu_before = cpu_seconds()
         e2e_s, summary = end_to_end(spark, work / "data", work / "lake")
+        cpu = {kind: spent - cpu_before[kind] for kind, spent in cpu_seconds().items()}
         # A fast wrong answer is worth nothing: the lake must equal the simulator's final state.
         problems = lakecheck.differences(str(work / "lake"), generated.expected, generated.key_names)
         memory.running = False
@@ -225,6 +259,12 @@ def main() -> None:
         f"Rows: +{summary.total('inserted'):,} ~{summary.total('updated'):,} -{summary.total('deleted'):,}. "
         f"The lake {'equals' if not problems else 'DIFFERS from'} the simulator's final state, value for value"
         f"{': ' + '; '.join(problems[:3]) if problems else ''}.",
+        "",
+        f"CPU during the end-to-end run: {sum(cpu.values()):.1f} core-seconds in {e2e_s:.1f} s "
+        f"({sum(cpu.values()) / e2e_s:.2f} of {os.cpu_count()} cores busy on average): "
+        + ", ".join(f"{kind} {spent:.1f}" for kind, spent in cpu.items()) + ". (JVM tasks: the executors' "
+        "own work, Arrow and row conversions, shuffles, the columnar cache; JIT compilers: the JVM compiling "
+        "Spark's generated code and its own, which a run this short pays in full.)",
         "",
         "Python work per record in the executors, CPU µs on one core outside Spark (first 100,000 records, best "
         "of 3): " + "; ".join(f"{label} {us:.1f}" for label, us in costs.items()) + ". Reading, converting and "

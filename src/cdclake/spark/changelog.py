@@ -11,9 +11,10 @@ the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per ta
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -127,13 +128,16 @@ class _Task:
     and a TRUNCATE or DROP TABLE between two changes buries what is older than it by sequence, whichever
     changes reach it. Only RENAME TABLE moves rows between tables: a batch with one is planned again
     unreduced (see pipeline). Changes without a commit ts are not reduced: their order comes from their
-    partition's commit ts before them, which the planner completes across tasks."""
+    partition's commit ts before them, which the planner completes across tasks.
 
-    def __init__(self, fmt: Format, reduce: bool, max_held: int = 200_000) -> None:
+    The reduction works on the changelog's Arrow columns (a sort in Arrow's C++), not on Python objects:
+    holding a task's decoded events as objects until it ends cost more than decoding them."""
+
+    def __init__(self, fmt: Format, reduce: bool, max_held: int = 500_000) -> None:
         self.fmt, self.reduce, self.max_held = fmt, reduce, max_held
         self.layouts = _Layouts()
         self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
-        self.newest: dict[tuple[Any, ...], tuple[tuple[Any, ...], _Entry]] = {}
+        self.held: list[_Held] = []  # reducible row changes, waiting for their keys' newer ones
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
         """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
@@ -141,12 +145,16 @@ class _Task:
         self._count_records(records)
         entries = self._entries(decoded.events)
         rows = _unproductive(records, decoded, entries)
-        if self.reduce:
-            entries = self._reduce(entries)
         if entries:
-            yield _batch(_event_columns(entries, self.layouts), len(entries))
-        if len(self.newest) > self.max_held:  # bounded memory: the planner finishes the reduction
-            yield from self._flush()
+            changes = _batch(_event_columns(entries, self.layouts), len(entries))
+            if self.reduce:
+                changes = self._hold(changes)
+            if changes.num_rows:
+                yield changes
+        if sum(h.rows_held for h in self.held) > self.max_held:
+            self.held = [_Held(_newest(self.held), None)]
+            if self.held[0].rows_held > self.max_held // 2:  # bounded memory: the planner finishes the reduction
+                yield from self._flush()
         if rows:
             yield _batch(_record_columns(rows, self.fmt.name), len(rows))
 
@@ -163,10 +171,32 @@ class _Task:
             }, len(tallies))
 
     def _flush(self) -> Iterator[pa.RecordBatch]:
-        entries = [entry for _, entry in self.newest.values()]
-        self.newest.clear()
-        if entries:
-            yield _batch(_event_columns(entries, self.layouts), len(entries))
+        if self.held:
+            newest = _newest(self.held)
+            self.held = []
+            yield newest
+
+    def _hold(self, changes: pa.RecordBatch) -> pa.RecordBatch:
+        """Holds the reducible row changes, with a delete of the old key for each update that changed its
+        key (as the planner makes of it); returns the changes that pass unreduced."""
+        reducible = pc.fill_null(pc.and_(pc.and_(pc.equal(changes["kind"], ROW),
+                                                 pc.greater_equal(changes["commit_ts"], 0)),
+                                         pc.is_valid(changes["key"])), False)
+        passing = changes.filter(pc.invert(reducible))
+        if not passing.num_rows:  # as a rule: the batch is held whole, not copied
+            self.held.append(_Held(changes, None))
+        elif passing.num_rows < changes.num_rows:
+            self.held.append(_Held(changes, pc.indices_nonzero(reducible)))
+        moved = changes.filter(pc.fill_null(pc.and_(
+            reducible, pc.and_(pc.equal(changes["op"], UPDATE), pc.not_equal(changes["before_key"], changes["key"]))),
+            False))
+        if moved.num_rows:
+            n = moved.num_rows
+            replaced = {"key": moved["before_key"], "before_key": pa.nulls(n, pa.string()),
+                        "op": pa.array([DELETE] * n, pa.string()), "after": pa.nulls(n, pa.string())}
+            self.held.append(_Held(pa.RecordBatch.from_arrays(
+                [replaced.get(f.name, moved.column(f.name)) for f in CHANGELOG_ARROW], schema=CHANGELOG_ARROW), None))
+        return passing
 
     def _count_records(self, records: list[Record]) -> None:
         for r in records:
@@ -212,29 +242,54 @@ class _Task:
                 tally.commit_ts = commit_ts
         return entries
 
-    def _reduce(self, entries: list[_Entry]) -> list[_Entry]:
-        """Keeps each key's newest row change in :attr:`newest`; returns the entries that pass unreduced."""
-        newest = self.newest
-        passing: list[_Entry] = []
-        for entry in entries:
-            event = entry.event
-            commit_ts = event.commit_ts
-            if event.kind != ROW or commit_ts is None or commit_ts < 0 or entry.key is None:
-                passing.append(entry)
-                continue
-            source = event.source or _NO_SOURCE
-            order = (commit_ts, event.position or "", source.partition or 0, source.offset or 0, entry.rank)
-            table = (event.database, event.table)
-            held = newest.get((table, entry.key))
-            if held is None or order > held[0]:
-                newest[(table, entry.key)] = (order, entry)
-            if event.op == UPDATE and entry.before_key is not None and entry.before_key != entry.key:
-                # The row left its old key: a delete of that key, as the planner makes of it.
-                held = newest.get((table, entry.before_key))
-                if held is None or order > held[0]:
-                    moved = msgspec.structs.replace(event, op=DELETE, after=None)
-                    newest[(table, entry.before_key)] = (order, _Entry(moved, entry.before_key, None, entry.rank, None))
-        return passing
+
+class _Held(NamedTuple):
+    """Row changes held for the reduction: the rows ``rows`` of ``changes`` (all of them when ``None``)."""
+
+    changes: pa.RecordBatch
+    rows: pa.Array | None
+
+    @property
+    def rows_held(self) -> int:
+        return self.changes.num_rows if self.rows is None else len(self.rows)
+
+
+_ORDER = ["database", "table", "key", "commit_ts", "position", "partition", "offset", "seq"]
+
+
+def _newest(held: list[_Held]) -> pa.RecordBatch:
+    """Each table's keys' newest change among the held ones, by the planner's order (ties: the first read).
+    Only the small ordering columns are combined and sorted; the wide ones (row images, column lists) are
+    copied once, for the changes that remain."""
+    parts = []
+    for number, (changes, rows) in enumerate(held):
+        order = changes.select(_ORDER)
+        if rows is not None:
+            order = order.take(rows)
+        indices = pa.array(np.arange(changes.num_rows)) if rows is None else rows.cast(pa.int64())
+        parts.append(order.append_column("held", pa.array(np.full(len(indices), number)))
+                     .append_column("row", indices))
+    order = pa.Table.from_batches(parts).combine_chunks()
+    order = order.set_column(4, "position", pc.fill_null(order["position"], "")).set_column(
+        5, "partition", pc.fill_null(order["partition"], 0)).set_column(6, "offset", pc.fill_null(order["offset"], 0))
+    ranked = order.take(pc.sort_indices(order, [(name, "ascending") for name in _ORDER[:3]]
+                                        + [(name, "descending") for name in _ORDER[3:]]))
+    # The first of each run of equal (database, table, key) is that key's newest change.
+    first = pa.array([True] * min(1, len(ranked)), pa.bool_())
+    if len(ranked) > 1:
+        later, earlier = ranked.slice(1), ranked.slice(0, len(ranked) - 1)
+        starts = pc.or_(pc.or_(_differs(later["database"], earlier["database"]),
+                               _differs(later["table"], earlier["table"])), _differs(later["key"], earlier["key"]))
+        first = pa.concat_arrays([first, starts.combine_chunks()])
+    kept = ranked.filter(first).select(["held", "row"]).combine_chunks()
+    taken = [changes.take(kept.filter(pc.equal(kept["held"], number))["row"].combine_chunks())
+             for number, (changes, _) in enumerate(held)]
+    return pa.concat_batches([t for t in taken if t.num_rows] or [held[0].changes.slice(0, 0)])
+
+
+def _differs(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Element-wise inequality where two nulls are equal."""
+    return pc.if_else(pc.and_(pc.is_null(a), pc.is_null(b)), False, pc.fill_null(pc.not_equal(a, b), True))
 
 
 def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[Any]]:
