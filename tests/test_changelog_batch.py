@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -278,3 +279,30 @@ def test_a_change_without_commit_ts_gets_its_partition_latest_commit_ts_and_is_n
         untimed = sorted((r["offset"], r["partition_ts"]) for r in rows if r["commit_ts"] is None)
         assert untimed == [(12, 300), (14, 300)]
         assert all(r["partition_ts"] is None for r in rows if r["commit_ts"] is not None)
+
+
+_CHANGE = st.fixed_dictionaries({
+    "database": st.sampled_from([None, "", "a"]), "table": st.sampled_from([None, "t", "u"]),
+    "key": st.sampled_from(["[1]", "[2]", "[10]"]), "commit_ts": st.integers(0, 3),
+    "position": st.sampled_from([None, "", "1", "10", "9"]), "partition": st.sampled_from([None, 0, 1]),
+    "offset": st.sampled_from([None, 0, 5]), "seq": st.integers(0, 2)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_CHANGE, max_size=12), min_size=1, max_size=4))
+def test_the_arrow_reduction_keeps_each_key_newest_change_as_python_order_would(batches):
+    """Nulls are one group apart from "" (database) and order as "" or 0 (position, partition, offset); among
+    equal orders the first read stays."""
+    from cdclake.spark import changelog as CL
+
+    numbered = [[{**change, "after": f"{b}.{i}"} for i, change in enumerate(batch)] for b, batch in enumerate(batches)]
+    held = [CL._Held(pa.RecordBatch.from_pylist(batch, schema=CHANGELOG_ARROW), None) for batch in numbered]
+    expected: dict[tuple, tuple] = {}
+    for change in (c for batch in numbered for c in batch):
+        order = (change["commit_ts"], change["position"] or "", change["partition"] or 0, change["offset"] or 0,
+                 change["seq"])
+        identity = (change["database"], change["table"], change["key"])
+        if identity not in expected or order > expected[identity][0]:
+            expected[identity] = (order, change["after"])
+    got = CL._newest(held).to_pylist()
+    assert sorted(r["after"] for r in got) == sorted(after for _, after in expected.values())

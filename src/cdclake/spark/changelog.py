@@ -133,7 +133,7 @@ class _Task:
     The reduction works on the changelog's Arrow columns (a sort in Arrow's C++), not on Python objects:
     holding a task's decoded events as objects until it ends cost more than decoding them."""
 
-    def __init__(self, fmt: Format, reduce: bool, max_held: int = 500_000) -> None:
+    def __init__(self, fmt: Format, reduce: bool, max_held: int = 200_000) -> None:
         self.fmt, self.reduce, self.max_held = fmt, reduce, max_held
         self.layouts = _Layouts()
         self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
