@@ -131,7 +131,7 @@ class _Task:
     partition's commit ts before them, which the planner completes across tasks.
 
     The reduction works on the changelog's Arrow columns (a sort in Arrow's C++), not on Python objects:
-    holding a task's decoded events as objects until it ends cost more than decoding them."""
+    holding a task's decoded events as objects until it ended cost about as much as decoding them."""
 
     def __init__(self, fmt: Format, reduce: bool, max_held: int = 200_000) -> None:
         self.fmt, self.reduce, self.max_held = fmt, reduce, max_held
