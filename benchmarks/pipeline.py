@@ -150,6 +150,7 @@ def cpu_seconds() -> dict[str, float]:
     def times(stat_path: str, children: bool) -> float:
         with open(stat_path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
+        # utime, stime, then cutime, cstime: the CPU of children that ended (a Python worker's, in its daemon).
         return sum(int(f) for f in fields[11:15 if children else 13]) / tick
 
     for pid, command in _descendants(os.getpid()):

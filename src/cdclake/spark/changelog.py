@@ -3,13 +3,15 @@
 The format modules run unchanged inside the Python workers, over Arrow batches of Kafka records. Every
 record comes out accounted for: as its events (``status = 'event'``), as a dead letter with its raw
 bytes and reason (``'failed'``), or as ``'skipped'`` when it carries no change by design (a tombstone,
-a heartbeat). Row images and column lists travel as JSON text (``before``, ``after``, ``columns``):
-building nested Arrow values in Python costs more than the decoding itself, while Spark parses JSON in
-the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per table.
+a heartbeat). Row images and column lists travel as JSON text (``after``, ``columns``; of the image before
+an update, only its key: ``before_key``): building nested Arrow values in Python costs more than the
+decoding itself, while Spark parses JSON in the JVM when the planner needs it (``AFTER_MAP``). Values are
+typed later per table.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -254,7 +256,9 @@ class _Held(NamedTuple):
         return self.changes.num_rows if self.rows is None else len(self.rows)
 
 
-_ORDER = ["database", "table", "key", "commit_ts", "position", "partition", "offset", "seq"]
+_IDENTITY = ["database", "table", "key"]
+# The planner's order of one key's changes, each column with the value that a missing one counts as.
+_ORDER: dict[str, str | int | None] = {"commit_ts": None, "position": "", "partition": 0, "offset": 0, "seq": None}
 
 
 def _newest(held: list[_Held]) -> pa.RecordBatch:
@@ -263,28 +267,23 @@ def _newest(held: list[_Held]) -> pa.RecordBatch:
     copied once, for the changes that remain."""
     parts = []
     for number, (changes, rows) in enumerate(held):
-        order = changes.select(_ORDER)
-        if rows is not None:
-            order = order.take(rows)
-        indices = pa.array(np.arange(changes.num_rows)) if rows is None else rows.cast(pa.int64())
-        parts.append(order.append_column("held", pa.array(np.full(len(indices), number)))
-                     .append_column("row", indices))
-    order = pa.Table.from_batches(parts).combine_chunks()
-    order = order.set_column(4, "position", pc.fill_null(order["position"], "")).set_column(
-        5, "partition", pc.fill_null(order["partition"], 0)).set_column(6, "offset", pc.fill_null(order["offset"], 0))
-    ranked = order.take(pc.sort_indices(order, [(name, "ascending") for name in _ORDER[:3]]
-                                        + [(name, "descending") for name in _ORDER[3:]]))
+        part = pa.table({**{name: changes[name] for name in _IDENTITY},
+                         **{name: changes[name] if missing is None else pc.fill_null(changes[name], missing)
+                            for name, missing in _ORDER.items()},
+                         "held": np.full(changes.num_rows, number), "row": np.arange(changes.num_rows)})
+        parts.append(part if rows is None else part.take(rows))
+    order = pa.concat_tables(parts)
+    if not order.num_rows:
+        return held[0].changes.slice(0, 0)
+    ranked = order.take(pc.sort_indices(order, [(name, "ascending") for name in _IDENTITY]
+                                        + [(name, "descending") for name in _ORDER]))
     # The first of each run of equal (database, table, key) is that key's newest change.
-    first = pa.array([True] * min(1, len(ranked)), pa.bool_())
-    if len(ranked) > 1:
-        later, earlier = ranked.slice(1), ranked.slice(0, len(ranked) - 1)
-        starts = pc.or_(pc.or_(_differs(later["database"], earlier["database"]),
-                               _differs(later["table"], earlier["table"])), _differs(later["key"], earlier["key"]))
-        first = pa.concat_arrays([first, starts.combine_chunks()])
-    kept = ranked.filter(first).select(["held", "row"]).combine_chunks()
+    later, earlier = ranked.slice(1), ranked.slice(0, ranked.num_rows - 1)
+    starts = functools.reduce(pc.or_, (_differs(later[name], earlier[name]) for name in _IDENTITY))
+    kept = ranked.filter(pa.concat_arrays([pa.array([True]), starts.combine_chunks()])).combine_chunks()
     taken = [changes.take(kept.filter(pc.equal(kept["held"], number))["row"].combine_chunks())
              for number, (changes, _) in enumerate(held)]
-    return pa.concat_batches([t for t in taken if t.num_rows] or [held[0].changes.slice(0, 0)])
+    return pa.concat_batches(taken)
 
 
 def _differs(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
