@@ -31,6 +31,11 @@ from cdclake.records import (
     parse_captured_lines,
 )
 
+try:
+    from cdclake import _records
+except ImportError:  # built where a compiler was at hand (setup.py's optional extension); Python reads alike
+    _records = None
+
 UNREADABLE_HEADER = "__cdclake.unreadable"
 BATCH_ROWS = 20_000
 COUNT_BLOCK = 1 << 20
@@ -169,16 +174,22 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
     # file, which must still become a record with the reason it is unreadable.
     captured = is_captured_line(_first_line(name) or b"")
     seek_line, seek_byte = seek
-    with open(name, "rb") as handle:
+    # A large buffer: lines of a few KB would cost the default 8 KB one a read call every line or two.
+    with open(name, "rb", buffering=1 << 20) as handle:
         handle.seek(seek_byte)
         lines = itertools.islice(handle, first - seek_line, stop - seek_line)
         index = first
         while chunk := list(itertools.islice(lines, BATCH_ROWS)):
+            if complete_only and not chunk[-1].endswith(b"\n"):
+                chunk.pop()  # a line still being written (the last): read once it is complete
+            batch = captured_to_arrow(chunk) if captured else None
+            if batch is not None:
+                index += len(chunk)
+                yield batch
+                continue
             numbered = []
             for raw in chunk:
                 ended = raw.endswith(b"\n")
-                if not ended and complete_only:
-                    break  # a line still being written: read once it is complete
                 line = (raw[:-1] if ended else raw).rstrip(b"\r")
                 if line.strip():
                     numbered.append((index, line))
@@ -203,6 +214,40 @@ def _captured_or_unreadable(name: str, index: int, line: bytes) -> Record:
 
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+
+
+def captured_to_arrow(lines: list[bytes]) -> pa.RecordBatch | None:
+    """``records_to_arrow(parse_captured_lines(lines))`` in C, several times faster, for the non-blank lines
+    (ends included, as read from the file); None without the C module or where it leaves the lines to the
+    Python path: anything it does not read exactly as msgspec does, and blank lines only."""
+    columns = _records.read_captured(lines) if _records is not None else None
+    if columns is None:
+        return None
+    rows = columns["rows"]
+    header_names, header_values = _variable(pa.string(), columns["header_names"]), _variable(
+        pa.binary(), columns["header_values"])
+    headers = pa.StructArray.from_arrays([header_names, header_values], fields=list(_HEADER))
+    timestamp_valid = columns["timestamp_valid"]
+    return pa.RecordBatch.from_arrays([
+        _variable(pa.binary(), columns["key"]),
+        _variable(pa.binary(), columns["value"]),
+        _variable(pa.string(), columns["topic"]),
+        pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(columns["partition"])]),
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(columns["offset"])]),
+        pa.Array.from_buffers(RECORD_ARROW.field("timestamp").type, rows, [
+            timestamp_valid and pa.py_buffer(timestamp_valid), pa.py_buffer(columns["timestamp"])],
+            null_count=columns["timestamp_nulls"]),
+        pa.repeat(pa.scalar(0, pa.int32()), rows),
+        pa.Array.from_buffers(RECORD_ARROW.field("headers").type, rows,
+                              [None, pa.py_buffer(columns["header_offsets"])], children=[headers]),
+    ], schema=RECORD_ARROW)
+
+
+def _variable(kind: pa.DataType, buffers: tuple[bytes | None, bytes, bytes, int]) -> pa.Array:
+    """A binary or string column from the C module's (validity, offsets, data, null count)."""
+    valid, offsets, data, nulls = buffers
+    return pa.Array.from_buffers(kind, len(offsets) // 4 - 1, [
+        valid and pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 def records_to_arrow(records: Sequence[Record] | Sequence[Captured]) -> pa.RecordBatch:

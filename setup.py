@@ -1,0 +1,8 @@
+"""Compiled fast paths (C, built at install time). Each has a pure-Python twin with the same results, which
+runs wherever the extension could not be built (``optional``); the tests hold the two to each other."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[
+    Extension("cdclake._records", ["src/cdclake/_records.c"], optional=True, extra_compile_args=["-O2"]),
+])
