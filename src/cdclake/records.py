@@ -81,7 +81,7 @@ def is_captured_line(line: bytes) -> bool:
 def parse_captured_line(line: bytes) -> Record:
     try:
         c = _captured_decoder.decode(line)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec reports bad UTF-8 in a str member so
         raise RecordFileError(f"not a captured record: {exc}") from exc
     return Record(topic=c.topic, partition=c.partition, offset=c.offset, timestamp=c.timestamp, key=c.key,
                   value=c.value, headers=list(c.headers))
@@ -92,7 +92,7 @@ def parse_captured_lines(lines: list[bytes]) -> list[Captured] | None:
     when any of them is not a captured record: the caller then reads them one by one to say which."""
     try:
         parsed = _captured_array_decoder.decode(b"[" + b",".join(lines) + b"]")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     return parsed if len(parsed) == len(lines) else None  # a line holding two objects is no record
 
