@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 
 from cdclake.events import ChangeEvent, Source
 from cdclake.records import Record
@@ -63,6 +65,15 @@ class Decoded(msgspec.Struct):
     skipped: int = 0
 
 
+class CompiledRows(NamedTuple):
+    """Events a compiled path decoded straight into changelog columns (see :meth:`Format.decode_arrow`)."""
+
+    records: np.ndarray  # int32: the input row each event came from, in input order
+    columns: dict[str, pa.Array]  # op, database, table, key, before_key, after, columns, commit_ts, position,
+    #                               ts_ms, seq: as the changelog holds them (spark/changelog.py)
+    left: np.ndarray  # int32: the input rows it did not decode, which decode() then takes
+
+
 class Format:
     """Base of every wire format. A subclass sets ``name`` and ``options`` and implements
     :meth:`decode_record` and :meth:`encode`; a format with a faster whole-batch path overrides
@@ -108,6 +119,11 @@ class Format:
                     event.source = source
             events.extend(got)
         return out
+
+    def decode_arrow(self, values: pa.Array, offsets: pa.Array) -> CompiledRows | None:
+        """A compiled fast path over an Arrow batch of record values and offsets, or ``None`` where the format
+        has none. It must decode each record it takes exactly as :meth:`decode` does, and leave the rest."""
+        return None
 
     def decode_record(self, record: Record) -> list[ChangeEvent]:
         """The events of one record; ``[]`` when the record carries no change by design."""

@@ -52,6 +52,8 @@ from functools import partial
 from typing import Any, ClassVar, Final, Literal
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 
 from cdclake import types as T
 from cdclake import values as V
@@ -71,9 +73,14 @@ from cdclake.events import (
     Source,
     pad_position,
 )
-from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import CompiledRows, Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
 from cdclake.types import SqlType, parse_type
+
+try:
+    from cdclake import _canal
+except ImportError:  # built at install where a C compiler is present; the Python decoder does the same work
+    _canal = None
 
 Texts = dict[str, str | None]
 
@@ -102,6 +109,11 @@ _ROW_SUFFIXES: Final = 256
 _ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
 # A message's first row: pad_position(txn, offset, 0) is txn + _FIRST_ROW % offset.
 _FIRST_ROW: Final = "%020d/" + _ROW_SUFFIX[0]
+
+
+def _strings(n: int, buffers: tuple[bytes, bytes, bytes]) -> pa.Array:
+    offsets, data, valid = buffers
+    return pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 class _Tidb(msgspec.Struct, gc=False):
@@ -231,6 +243,20 @@ class _Memo(dict[str, Any]):
         return value
 
 
+def _columns(types: dict[str, str], pk: list[str]) -> list[Column]:
+    keys = set(pk)
+    columns = [Column(name, text or UNKNOWN_TYPE, name in keys) for name, text in types.items()]
+    # Key columns the type map does not list are still key columns of the rows.
+    return columns + [Column(name, UNKNOWN_TYPE, True) for name in pk if name not in types]
+
+
+# The value kinds of the compiled decoder (_canal.c's K_*), by family: the canonical value from_text makes.
+_TEXT_KIND, _UTC_TIMESTAMP_KIND, _ENUM_NUMBER_KIND, _ENUM_LABEL_KIND, _SET_LABEL_KIND = 0, 8, 5, 6, 9
+_COMPILED_KINDS: Final = {**dict.fromkeys(_AS_TEXT, _TEXT_KIND), T.INTEGER: 1, T.YEAR: 1, T.BIT: 1, T.FLOAT: 2,
+                          T.DOUBLE: 2, T.DECIMAL: 3, T.BINARY: 4, T.BOOLEAN: 7}
+_COMPILED_OPS: Final = pa.array([INSERT, UPDATE, DELETE, READ], pa.string())  # _canal.c's OP_*
+
+
 class _Schema:
     """Everything one table layout (mysqlType, pkNames[, sqlType]) needs, built once.
 
@@ -251,12 +277,9 @@ class _Schema:
                  timestamp_zone: str | None, raw: tuple[msgspec.Raw, msgspec.Raw, msgspec.Raw | None]) -> None:
         # The raw members are views of one message's bytes, which stay referenced while the schema is.
         self.types_raw, self.pk_raw, self.codes_raw = raw
-        keys = set(pk)
         self.pk = tuple(pk)
         self.single_key = pk[0] if len(pk) == 1 else None
-        self.columns = [Column(name, text or UNKNOWN_TYPE, name in keys) for name, text in types.items()]
-        # Key columns the type map does not list are still key columns of the rows.
-        self.columns += [Column(name, UNKNOWN_TYPE, True) for name in pk if name not in types]
+        self.columns = _columns(types, pk)
         self.known = frozenset(c.name for c in self.columns)
         convs, post, fields = [], [], []
         for i, col in enumerate(self.columns):
@@ -399,10 +422,81 @@ class CanalJson(Format):
         # table's changes tend to come in runs.
         self._guess: _Schema | None = None
         self._credit = 0
+        # The compiled decoder's layouts (by raw mysqlType and pkNames) and their column lists as JSON.
+        self._compiled: dict[bytes, Any] = {}
+        self._compiled_columns: list[bytes] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        # Executors rebuild the converter cache; it is not worth shipping.
-        return {**self.__dict__, "_schemas": {}, "_guess": None}
+        # Executors rebuild the converter caches; they are not worth shipping (the compiled one cannot be).
+        return {**self.__dict__, "_schemas": {}, "_guess": None, "_compiled": {}, "_compiled_columns": []}
+
+    # ------------------------------------------------------------------------------- the compiled path
+
+    def decode_arrow(self, values: pa.Array, offsets: pa.Array) -> CompiledRows | None:
+        """The row messages of an Arrow batch decoded by ``_canal.c`` into changelog columns; it leaves to
+        :meth:`decode` whatever it cannot decode exactly as :meth:`decode` would (see the C file)."""
+        if (_canal is None or not len(values) or self._compressed or self._swap or values.type != pa.binary()
+                or offsets.type != pa.int64() or offsets.null_count or len(values) != len(offsets)):
+            return None
+        if values.offset % 8:  # the validity bitmap must start at a whole byte
+            values = pa.concat_arrays([values])
+        if len(self._compiled) >= self.MAX_SCHEMAS:
+            self._compiled.clear()
+            self._compiled_columns.clear()
+        n = len(values)
+        valid, value_offsets, data = values.buffers()
+        start = values.offset
+        (events, records, seq, op, layout, commit_ts, ts_ms, ts_ms_valid, database, table, key, before_key, after,
+         position, left) = _canal.decode(
+            value_offsets[start * 4:(start + n + 1) * 4], data or pa.py_buffer(b""),
+            None if valid is None or not values.null_count else valid[start // 8:],
+            offsets.buffers()[1][offsets.offset * 8:(offsets.offset + n) * 8], n,
+            self._compiled_layout, self._compiled)
+        layouts = pa.array(self._compiled_columns, pa.binary()).view(pa.string())
+        columns = {
+            "op": _COMPILED_OPS.take(np.frombuffer(op, np.int8)), "database": _strings(events, database),
+            "table": _strings(events, table), "key": _strings(events, key),
+            "before_key": _strings(events, before_key), "after": _strings(events, after),
+            "columns": layouts.take(np.frombuffer(layout, np.int32)),
+            "commit_ts": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(commit_ts)]),
+            "position": _strings(events, position),
+            "ts_ms": pa.Array.from_buffers(pa.int64(), events, [pa.py_buffer(ts_ms_valid), pa.py_buffer(ts_ms)]),
+            "seq": pa.Array.from_buffers(pa.int32(), events, [None, pa.py_buffer(seq)]),
+        }
+        return CompiledRows(np.frombuffer(records, np.int32), columns, np.frombuffer(left, np.int32))
+
+    def _compiled_layout(self, types_raw: bytes, pk_raw: bytes) -> tuple[Any, ...] | None:
+        """What ``_canal.c`` needs of a layout: its number, column names (raw and as JSON members), value
+        kinds and key columns; ``None`` for a layout it leaves to the Python decoder."""
+        try:
+            types = _type_map_decoder.decode(types_raw) or {}
+            pk = _names_decoder.decode(pk_raw) or []
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        # Layouts that take types from sqlType, have no key or untyped columns: rare, and the Python path's.
+        if not types or "" in types.values() or not pk or not set(pk) <= types.keys():
+            return None
+        columns = _columns(types, pk)
+        if any(c.type == UNKNOWN_TYPE for c in columns):
+            return None
+        parsed = [parse_type(c.type) for c in columns]
+        kinds = [self._compiled_kind(t) for t in parsed]
+        if None in kinds:
+            return None
+        self._compiled_columns.append(_encoder.encode(columns))
+        return (len(self._compiled_columns) - 1, [c.name.encode() for c in columns],
+                [_encoder.encode(c.name) + b":" for c in columns], kinds,
+                [[label.encode() for label in t.members] for t in parsed], [i for i, c in enumerate(columns) if c.key])
+
+    def _compiled_kind(self, t: SqlType) -> int | None:
+        if t.family == T.TIMESTAMP:  # as converter(): UTC needs the canonical spelling, another zone a conversion
+            if not self._zone:
+                return _TEXT_KIND
+            return _UTC_TIMESTAMP_KIND if V.zone(self._zone) is V.UTC else None
+        if t.family in (T.ENUM, T.SET):
+            return (_ENUM_NUMBER_KIND if not t.members else _ENUM_LABEL_KIND if t.family == T.ENUM
+                    else _SET_LABEL_KIND)
+        return _COMPILED_KINDS.get(t.family)
 
     # ---------------------------------------------------------------------------------------- decoding
 

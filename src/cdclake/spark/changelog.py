@@ -24,7 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
-from cdclake.formats.base import Decoded, Format
+from cdclake.formats.base import CompiledRows, Decoded, Failure, Format
 from cdclake.records import Record
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -143,22 +143,85 @@ class _Task:
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
         """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
-        decoded = self.fmt.decode(records)
+        decoded = self._fit_int64(records, self.fmt.decode(records))
         self._count_records(records)
+        yield from self._changes(records, decoded, [])
+
+    def add_arrow(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """:meth:`add` for an Arrow batch of records: a format's compiled path (see ``Format.decode_arrow``)
+        decodes what it can into changelog columns, and only the records it leaves become Python records."""
+        compiled = self.fmt.decode_arrow(batch.column("value"), batch.column("offset"))
+        if compiled is None or not len(compiled.records):
+            yield from self.add(records_from_arrow(batch))
+            return
+        records = records_from_arrow(batch.take(pa.array(compiled.left))) if len(compiled.left) else []
+        decoded = self._fit_int64(records, self.fmt.decode(records))
+        if any(e.commit_ts is None for e in decoded.events):
+            # Ordered by their partition's commit ts before them, which counts records in read order.
+            yield from self.add(records_from_arrow(batch))
+            return
+        self._count_batch(batch)
+        yield from self._changes(records, decoded, [self._compiled_changes(batch, compiled)])
+
+    def _fit_int64(self, records: list[Record], decoded: Decoded) -> Decoded:
+        """The records whose events carry a commit ts or event time no 64-bit integer holds (as the changelog's
+        columns must) become failures with that reason, instead of stopping the task."""
+        misfits: dict[tuple[str | None, int | None, int | None], str] = {}
+        for event in decoded.events:
+            for name, value in (("commit ts", event.commit_ts), ("ts_ms", event.ts_ms)):
+                if value is not None and value not in _INT64:
+                    misfits[_coordinates(event.source)] = f"{name} {value} does not fit a 64-bit integer"
+        if not misfits:
+            return decoded
+        failures = [Failure(r, self.fmt.name, misfits[(r.topic, r.partition, r.offset)]) for r in records
+                    if (r.topic, r.partition, r.offset) in misfits]
+        return Decoded([e for e in decoded.events if _coordinates(e.source) not in misfits],
+                       decoded.failures + failures, decoded.skipped)
+
+    def _changes(self, records: list[Record], decoded: Decoded,
+                 compiled: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         entries = self._entries(decoded.events)
         rows = _unproductive(records, decoded, entries)
         if entries:
-            changes = _batch(_event_columns(entries, self.layouts), len(entries))
-            if self.reduce:
-                changes = self._hold(changes)
-            if changes.num_rows:
-                yield changes
+            compiled = [*compiled, _batch(_event_columns(entries, self.layouts), len(entries))]
+        for changes in compiled:
+            passing = self._hold(changes) if self.reduce else changes
+            if passing.num_rows:
+                yield passing
         if sum(h.rows_held for h in self.held) > self.max_held:
             self.held = [_Held(_newest(self.held), None)]
             if self.held[0].rows_held > self.max_held // 2:  # bounded memory: the planner finishes the reduction
                 yield from self._flush()
         if rows:
             yield _batch(_record_columns(rows, self.fmt.name), len(rows))
+
+    def _compiled_changes(self, batch: pa.RecordBatch, compiled: CompiledRows) -> pa.RecordBatch:
+        """The changelog rows of compiled events, with their records' coordinates; counts them per partition."""
+        records = pa.array(compiled.records)
+        n = len(records)
+        columns = {**compiled.columns, "status": pa.repeat("event", n), "kind": pa.repeat(ROW, n),
+                   "format": pa.repeat(self.fmt.name, n),
+                   **{name: batch.column(name).take(records) for name in ("topic", "partition", "offset")}}
+        for (topic, partition), count, commit_ts in _per_partition(
+                columns["topic"], columns["partition"], columns["commit_ts"], ("count", "max")):
+            tally = self.tallies[(topic, partition)]  # _count_batch made it
+            tally.events += count
+            if commit_ts is not None and (tally.commit_ts is None or commit_ts > tally.commit_ts):
+                tally.commit_ts = commit_ts
+        return pa.RecordBatch.from_arrays(
+            [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in CHANGELOG_ARROW],
+            schema=CHANGELOG_ARROW)
+
+    def _count_batch(self, batch: pa.RecordBatch) -> None:
+        """:meth:`_count_records` on the batch's columns."""
+        for (topic, partition), first, last, records in _per_partition(
+                batch.column("topic"), batch.column("partition"), batch.column("offset"), ("min", "max", "count")):
+            tally = self.tallies.get((topic, partition))
+            if tally is None:
+                tally = self.tallies[(topic, partition)] = _Tally(first, last)
+            tally.first_offset = min(tally.first_offset, first)
+            tally.offset = max(tally.offset, last)
+            tally.records += records
 
     def finish(self) -> Iterator[pa.RecordBatch]:
         yield from self._flush()
@@ -243,6 +306,24 @@ class _Task:
             if commit_ts is not None and (tally.commit_ts is None or commit_ts > tally.commit_ts):
                 tally.commit_ts = commit_ts
         return entries
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _coordinates(source: Source | None) -> tuple[str | None, int | None, int | None]:
+    source = source or _NO_SOURCE
+    return source.topic, source.partition, source.offset
+
+
+def _per_partition(topic: pa.Array, partition: pa.Array, values: pa.Array,
+                   aggregates: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+    """((topic, partition), aggregate, …) of ``values`` for each partition present."""
+    grouped = pa.table({"topic": topic, "partition": partition, "v": values}).group_by(
+        ["topic", "partition"]).aggregate([("v", a) for a in aggregates])
+    columns = [grouped[f"v_{a}"].to_pylist() for a in aggregates]
+    yield from zip(zip(grouped["topic"].to_pylist(), grouped["partition"].to_pylist(), strict=True), *columns,
+                   strict=True)
 
 
 class _Held(NamedTuple):
@@ -381,6 +462,16 @@ def decode_task(fmt: Format, batches: Iterable[list[Record]], reduce: bool = Fal
     yield from task.finish()
 
 
+def decode_arrow_task(fmt: Format, batches: Iterable[pa.RecordBatch], reduce: bool = False) -> Iterator[pa.RecordBatch]:
+    """:func:`decode_task` over Arrow batches of records, as the executors read them (a format's compiled path
+    decodes them where it has one)."""
+    task = _Task(fmt, reduce)
+    for batch in batches:
+        if batch.num_rows:
+            yield from task.add_arrow(batch)
+    yield from task.finish()
+
+
 def decode_batch(fmt: Format, records: list[Record], reduce: bool = False) -> pa.RecordBatch:
     """The changelog of one batch of records, in one Arrow batch."""
     return pa.concat_batches([_batch({}, 0), *decode_task(fmt, [records], reduce)])
@@ -413,7 +504,6 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
     formats.create(format_name, opts)  # fail fast on the driver for a bad name or option
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fmt = _format(format_name, opts)
-        yield from decode_task(fmt, (records_from_arrow(b) for b in batches if b.num_rows), reduce)
+        yield from decode_arrow_task(_format(format_name, opts), batches, reduce)
 
     return records.mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
