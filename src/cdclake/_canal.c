@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Value kinds; the Python side (canal_json._compiled_kind) names the same numbers. */
 enum { K_TEXT, K_INT, K_FLOAT, K_DECIMAL, K_BINARY, K_ENUM_NUMBER, K_ENUM_LABEL, K_BOOL, K_TS_UTC, K_SET_LABEL };
@@ -181,7 +184,29 @@ static inline const char *ws(const char *p, const char *e) {
 static const char *scan_string(const char *p, const char *e, const char **s, Py_ssize_t *n, int *flags) {
     const char *start = ++p;
     int f = 0;
-    while (p < e) {
+    for (;;) {
+#if defined(__SSE2__)
+        /* Sixteen bytes at a time up to the first quote, backslash or control character: row values are
+         * long runs of plain text. */
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+        while (e - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            unsigned high = (unsigned)_mm_movemask_epi8(v); /* bytes >= 0x80 (negative as signed) */
+            unsigned special = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space)));
+            special &= ~high;
+            if (!special) {
+                if (high) f |= HIGH;
+                p += 16;
+                continue;
+            }
+            int at = __builtin_ctz(special);
+            if (high & ((1u << at) - 1)) f |= HIGH;
+            p += at;
+            break;
+        }
+#endif
+        if (p >= e) return NULL;
         unsigned char c = (unsigned char)*p;
         if (c == '"') {
             *s = start;
@@ -199,7 +224,6 @@ static const char *scan_string(const char *p, const char *e, const char **s, Py_
         if (c >= 0x80) f |= HIGH;
         p++;
     }
-    return NULL;
 }
 
 static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -234,6 +258,11 @@ static const char *scan_number(const char *p, const char *e, int *integral) {
 static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
+        uint64_t word;
+        if (n - i >= 8 && (memcpy(&word, s + i, 8), !(word & 0x8080808080808080ull))) { /* eight ASCII bytes */
+            i += 8;
+            continue;
+        }
         unsigned char c = s[i];
         if (c < 0x80) {
             i++;
@@ -816,7 +845,22 @@ typedef struct {
     Slot *data_slots, *old_slots;
     Py_ssize_t slots_cap;
     Buf data_row, old_row, scratch;
+    Buf seen_types, seen_pk, seen_codes; /* the last mysqlType, pkNames and sqlType checked */
 } Ctx;
+
+/* skip_value for a member that repeats from message to message (a table's mysqlType, pkNames, sqlType): the
+ * bytes of the last object or array it checked are compared instead of scanned again. Equal bytes are the same
+ * value, since an object or array ends itself. */
+static const char *skip_repeated(Buf *seen, const char *p, const char *e) {
+    if (seen->n && e - p >= seen->n && !memcmp(p, seen->p, (size_t)seen->n)) return p + seen->n;
+    const char *end = skip_value(p, e, 0);
+    seen->n = 0;
+    if (end && (*p == '{' || *p == '[') && put(seen, p, end - p)) {
+        PyErr_Clear(); /* out of memory for the copy: the next message is scanned instead */
+        seen->n = 0;
+    }
+    return end;
+}
 
 static int find_layout(Ctx *x, const char *types, Py_ssize_t types_n, const char *pk, Py_ssize_t pk_n, Layout **out) {
     if (x->last_key) {
@@ -917,7 +961,8 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
         if (IS("data") || IS("old") || IS("mysqlType") || IS("pkNames")) {
             bit = IS("data") ? 1 : IS("old") ? 2 : IS("mysqlType") ? 4 : 8;
             const char *start = p;
-            p = skip_value(p, e, 0);
+            p = bit == 4 ? skip_repeated(&x->seen_types, p, e) : bit == 8 ? skip_repeated(&x->seen_pk, p, e)
+                                                                        : skip_value(p, e, 0);
             if (!p) return LEFT;
             if (bit == 1) data = start;
             if (bit == 2) old = start;
@@ -974,7 +1019,7 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
             }
         } else {
             bit = IS("sqlType") ? 4096 : 0; /* sqlType matters only for layouts the Python side keeps */
-            p = skip_value(p, e, 0);
+            p = bit ? skip_repeated(&x->seen_codes, p, e) : skip_value(p, e, 0);
             if (!p) return LEFT;
         }
 #undef IS
@@ -1169,6 +1214,9 @@ done:
     free(x.data_row.p);
     free(x.old_row.p);
     free(x.scratch.p);
+    free(x.seen_types.p);
+    free(x.seen_pk.p);
+    free(x.seen_codes.p);
     Py_XDECREF(x.last_key);
     return result;
 }
