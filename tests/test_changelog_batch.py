@@ -83,7 +83,7 @@ def test_every_record_is_accounted_for_and_events_ranked_within_their_record():
     out = decode_batch(fmt, records).to_pylist()
     assert [(r["offset"], r["status"], r["seq"]) for r in out] == [
         (0, "event", 0), (0, "event", 1), (0, "event", 2), (2, "event", 0), (4, "event", 0),
-        (1, "failed", 0), (3, "skipped", 0), (4, "tally", 0)]
+        (1, "failed", 0), (3, "skipped", 0), (None, "layout", 0), (4, "tally", 0)]
     tally = out[-1]
     assert (tally["topic"], tally["partition"], tally["first_offset"], tally["records"], tally["events"]) == (
         "t", 0, 0, 5, 5)
@@ -91,7 +91,10 @@ def test_every_record_is_accounted_for_and_events_ranked_within_their_record():
     assert failed["raw_value"] == b"{broken" and failed["raw_key"] == b"k" and "invalid JSON" in failed["error"]
     first = out[0]
     assert (first["key"], json.loads(first["after"]), first["before_key"]) == ("[1]", {"id": 1, "name": "n1"}, None)
-    assert [c["name"] for c in json.loads(first["columns"])] == ["id", "name"]
+    # Changes name their column list; the task lists it once.
+    listed = out[-2]
+    assert first["columns"] is None and {r["layout"] for r in out[:5]} == {listed["layout"]}
+    assert [c["name"] for c in json.loads(listed["columns"])] == ["id", "name"]
 
 
 def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():
@@ -102,7 +105,9 @@ def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():
     events = fmt.decode(generated.records).events
     rows = [r for r in batch.to_pylist() if r["status"] == "event"]
     tallies = [r for r in batch.to_pylist() if r["status"] == "tally"]
-    assert len(rows) == len(events) and len(batch) == len(rows) + len(tallies)  # every record made events
+    listed = {r["layout"]: json.loads(r["columns"]) for r in batch.to_pylist() if r["status"] == "layout"}
+    # Every record made events; each table's column list is listed once.
+    assert len(rows) == len(events) and len(batch) == len(rows) + len(tallies) + len(listed) and len(listed) == 2
     assert sum(t["records"] for t in tallies) == len(generated.records)
     assert sum(t["events"] for t in tallies) == len(events)
     assert {(t["partition"], t["first_offset"], t["offset"]) for t in tallies} == {
@@ -112,6 +117,7 @@ def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():
         assert (row["op"], row["table"], row["commit_ts"], row["position"]) == (
             event.op, event.table, event.commit_ts, event.position)
         assert (json.loads(row["after"]) if row["after"] else None) == event.after
+        assert [(c["name"], c["type"]) for c in listed[row["layout"]]] == [(c.name, c.type) for c in event.columns]
         names = [c.name for c in event.columns if c.key]
         image = event.after if event.after is not None else event.before
         assert json.loads(row["key"]) == [image[n] for n in names]

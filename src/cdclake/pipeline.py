@@ -231,9 +231,15 @@ class BatchApplier:
                                   .dropDuplicates(["topic", "partition", "offset"]))
         waiting = F.coalesce((F.col("status") == "event") & (F.col("kind") != "resolved")
                              & (F.col("commit_ts") > F.lit(report.consistent_ts)), F.lit(False))
-        later = combined.filter(waiting).drop("raw_key", "raw_value").join(
-            raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
-            ["topic", "partition", "offset"], "left").select(*log.columns).persist()
+        # A held change keeps its column list itself: the rows that list it by id stay with this batch.
+        listed = (log.filter(F.col("status") == "layout").select("layout", F.col("columns").alias("_listed"))
+                  .dropDuplicates(["layout"]))
+        later = (combined.filter(waiting).drop("raw_key", "raw_value")
+                 .join(raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
+                       ["topic", "partition", "offset"], "left")
+                 .join(F.broadcast(listed), "layout", "left")
+                 .withColumn("columns", F.coalesce("columns", "_listed"))
+                 .select(*log.columns).persist())
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
@@ -65,13 +66,20 @@ class Decoded(msgspec.Struct):
     skipped: int = 0
 
 
+def layout_id(columns_json: bytes) -> int:
+    """The changelog's name for a column list (its JSON): changes carry this instead of the list itself, which
+    is the same for every change of a table and as long as a row image."""
+    return int.from_bytes(hashlib.blake2b(columns_json, digest_size=8).digest(), "little", signed=True)
+
+
 class CompiledRows(NamedTuple):
     """Events a compiled path decoded straight into changelog columns (see :meth:`Format.decode_arrow`)."""
 
     records: np.ndarray  # int32: the input row each event came from, in input order
-    columns: dict[str, pa.Array]  # op, database, table, key, before_key, after, columns, commit_ts, position,
+    columns: dict[str, pa.Array]  # op, database, table, key, before_key, after, layout, commit_ts, position,
     #                               ts_ms, seq: as the changelog holds them (spark/changelog.py)
     left: np.ndarray  # int32: the input rows it did not decode, which decode() then takes
+    layouts: dict[int, bytes]  # the column lists its events name (layout id -> JSON)
 
 
 class Format:

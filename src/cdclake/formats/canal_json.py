@@ -73,7 +73,7 @@ from cdclake.events import (
     Source,
     pad_position,
 )
-from cdclake.formats.base import CompiledRows, Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import CompiledRows, Decoded, DecodeError, Failure, Format, Option, layout_id, reason
 from cdclake.records import Record
 from cdclake.types import SqlType, parse_type
 
@@ -422,13 +422,15 @@ class CanalJson(Format):
         # table's changes tend to come in runs.
         self._guess: _Schema | None = None
         self._credit = 0
-        # The compiled decoder's layouts (by raw mysqlType and pkNames) and their column lists as JSON.
+        # The compiled decoder's layouts (by raw mysqlType and pkNames), their column lists as JSON and their ids.
         self._compiled: dict[bytes, Any] = {}
         self._compiled_columns: list[bytes] = []
+        self._compiled_ids: list[int] = []
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors rebuild the converter caches; they are not worth shipping (the compiled one cannot be).
-        return {**self.__dict__, "_schemas": {}, "_guess": None, "_compiled": {}, "_compiled_columns": []}
+        return {**self.__dict__, "_schemas": {}, "_guess": None, "_compiled": {}, "_compiled_columns": [],
+                "_compiled_ids": []}
 
     # ------------------------------------------------------------------------------- the compiled path
 
@@ -443,6 +445,7 @@ class CanalJson(Format):
         if len(self._compiled) >= self.MAX_SCHEMAS:
             self._compiled.clear()
             self._compiled_columns.clear()
+            self._compiled_ids.clear()
         n = len(values)
         valid, value_offsets, data = values.buffers()
         start = values.offset
@@ -452,18 +455,19 @@ class CanalJson(Format):
             None if valid is None or not values.null_count else valid[start // 8:],
             offsets.buffers()[1][offsets.offset * 8:(offsets.offset + n) * 8], n,
             self._compiled_layout, self._compiled)
-        layouts = pa.array(self._compiled_columns, pa.binary()).view(pa.string())
+        layout_numbers = np.frombuffer(layout, np.int32)
         columns = {
             "op": _COMPILED_OPS.take(np.frombuffer(op, np.int8)), "database": _strings(events, database),
             "table": _strings(events, table), "key": _strings(events, key),
             "before_key": _strings(events, before_key), "after": _strings(events, after),
-            "columns": layouts.take(np.frombuffer(layout, np.int32)),
+            "layout": pa.array(np.array(self._compiled_ids, np.int64)[layout_numbers], pa.int64()),
             "commit_ts": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(commit_ts)]),
             "position": _strings(events, position),
             "ts_ms": pa.Array.from_buffers(pa.int64(), events, [pa.py_buffer(ts_ms_valid), pa.py_buffer(ts_ms)]),
             "seq": pa.Array.from_buffers(pa.int32(), events, [None, pa.py_buffer(seq)]),
         }
-        return CompiledRows(np.frombuffer(records, np.int32), columns, np.frombuffer(left, np.int32))
+        used = {self._compiled_ids[i]: self._compiled_columns[i] for i in np.unique(layout_numbers).tolist()}
+        return CompiledRows(np.frombuffer(records, np.int32), columns, np.frombuffer(left, np.int32), used)
 
     def _compiled_layout(self, types_raw: bytes, pk_raw: bytes) -> tuple[Any, ...] | None:
         """What ``_canal.c`` needs of a layout: its number, column names (raw and as JSON members), value
@@ -484,6 +488,7 @@ class CanalJson(Format):
         if None in kinds:
             return None
         self._compiled_columns.append(_encoder.encode(columns))
+        self._compiled_ids.append(layout_id(self._compiled_columns[-1]))
         return (len(self._compiled_columns) - 1, [c.name.encode() for c in columns],
                 [_encoder.encode(c.name) + b":" for c in columns], kinds,
                 [[label.encode() for label in t.members] for t in parsed], [i for i, c in enumerate(columns) if c.key])

@@ -3,10 +3,12 @@
 The format modules run unchanged inside the Python workers, over Arrow batches of Kafka records. Every
 record comes out accounted for: as its events (``status = 'event'``), as a dead letter with its raw
 bytes and reason (``'failed'``), or as ``'skipped'`` when it carries no change by design (a tombstone,
-a heartbeat). Row images and column lists travel as JSON text (``after``, ``columns``; of the image before
-an update, only its key: ``before_key``): building nested Arrow values in Python costs more than the
-decoding itself, while Spark parses JSON in the JVM when the planner needs it (``AFTER_MAP``). Values are
-typed later per table.
+a heartbeat). Row images travel as JSON text (``after``; of the image before an update, only its key:
+``before_key``): building nested Arrow values in Python costs more than the decoding itself, while Spark
+parses JSON in the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per table. A change
+names its column list by id (``layout``); each task lists the lists it named once, as ``status = 'layout'``
+rows with the JSON in ``columns``, since a list is the same for every change of a table and as long as a row
+image.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
-from cdclake.formats.base import CompiledRows, Decoded, Failure, Format
+from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -35,7 +37,10 @@ CHANGELOG_ARROW = pa.schema([
     ("status", pa.string()), ("kind", pa.string()), ("op", pa.string()),
     ("database", pa.string()), ("table", pa.string()),
     # The before image itself never reaches the lake: only the key it had (``before_key``).
-    ("key", pa.string()), ("before_key", pa.string()), ("after", pa.string()), ("columns", pa.string()),
+    ("key", pa.string()), ("before_key", pa.string()), ("after", pa.string()),
+    # A change's column list: its id, and the JSON on the task's 'layout' rows (on a change only where it was
+    # held by resolved-ts mode, or written by an older cdclake).
+    ("columns", pa.string()), ("layout", pa.int64()),
     ("commit_ts", pa.int64()), ("position", pa.string()), ("ts_ms", pa.int64()), ("ddl", pa.string()),
     ("checksum_ok", pa.bool_()), ("checksum_expected", pa.int64()), ("checksum_actual", pa.int64()),
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("seq", pa.int32()),
@@ -84,6 +89,7 @@ class _Layout(msgspec.Struct):
 
     columns: list[Any] | None  # held so that its id is not reused while cached
     text: bytes | None
+    id: int | None  # layout_id(text)
     untyped: bool
     key_names: list[str]
 
@@ -93,10 +99,11 @@ class _Layouts(dict[int, _Layout]):
         layout = self.get(id(columns))
         if layout is None or layout.columns is not columns:
             if columns is None:
-                layout = _Layout(None, None, True, [])
+                layout = _Layout(None, None, None, True, [])
             else:
-                layout = _Layout(columns, _json.encode(columns),
-                                 any(c.type == UNKNOWN_TYPE for c in columns), [c.name for c in columns if c.key])
+                text = _json.encode(columns)
+                layout = _Layout(columns, text, layout_id(text), any(c.type == UNKNOWN_TYPE for c in columns),
+                                 [c.name for c in columns if c.key])
             self[id(columns)] = layout
         return layout
 
@@ -140,6 +147,7 @@ class _Task:
         self.layouts = _Layouts()
         self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
         self.held: list[_Held] = []  # reducible row changes, waiting for their keys' newer ones
+        self.compiled_layouts: dict[int, bytes] = {}  # the column lists the compiled path's changes named
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
         """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
@@ -161,6 +169,7 @@ class _Task:
             yield from self.add(records_from_arrow(batch))
             return
         self._count_batch(batch)
+        self.compiled_layouts.update(compiled.layouts)
         yield from self._changes(records, decoded, [self._compiled_changes(batch, compiled)])
 
     def _fit_int64(self, records: list[Record], decoded: Decoded) -> Decoded:
@@ -225,6 +234,12 @@ class _Task:
 
     def finish(self) -> Iterator[pa.RecordBatch]:
         yield from self._flush()
+        listed = {**self.compiled_layouts,
+                  **{layout.id: layout.text for layout in self.layouts.values() if layout.id is not None}}
+        if listed:
+            ids = sorted(listed)
+            yield _batch({"status": ["layout"] * len(ids), "layout": ids, "columns": [listed[i] for i in ids],
+                          "seq": [0] * len(ids), "format": [self.fmt.name] * len(ids)}, len(ids))
         if self.tallies:
             tallies = list(self.tallies.items())
             yield _batch({
@@ -378,7 +393,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
     encode = _json.encode
     # JSON stays in msgspec's UTF-8 bytes: Arrow takes them as they are (see _batch).
     afters: list[bytes | None] = []
-    texts: list[bytes | None] = []
+    ids: list[int | None] = []
     for entry in entries:
         event = entry.event
         layout = layouts.of(event.columns)
@@ -387,7 +402,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
             afters.append(_image_json(after, True))
         else:
             afters.append(None if after is None else encode(after))
-        texts.append(layout.text)
+        ids.append(layout.id)
     events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
     checksums = [e.checksum for e in events]
@@ -395,7 +410,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
         "status": ["event"] * len(events), "kind": [e.kind for e in events], "op": [e.op for e in events],
         "database": [e.database for e in events], "table": [e.table for e in events],
         "key": [entry.key for entry in entries], "before_key": [entry.before_key for entry in entries],
-        "after": afters, "columns": texts,
+        "after": afters, "layout": ids,
         "commit_ts": [e.commit_ts for e in events], "position": [e.position for e in events],
         "ts_ms": [e.ts_ms for e in events], "ddl": [e.ddl for e in events],
         "checksum_ok": [c.ok if c else None for c in checksums],

@@ -72,8 +72,8 @@ SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '
 
 
 # What the net reduction carries on: the lake needs no more of a change.
-_NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "columns", "_cdc_seq", "commit_ts", "position",
-                "ts_ms", "partition", "offset", "seq")
+_NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "layout", "columns", "_cdc_seq", "commit_ts",
+                "position", "ts_ms", "partition", "offset", "seq")
 
 
 def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
@@ -87,15 +87,34 @@ def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
     return expr
 
 
-def _layout_columns(layout: Row, valued_only: bool = False) -> list[dict]:
+def _layout_columns(layout: Row, listed: dict[int, str], valued_only: bool = False) -> list[dict]:
     """A change's column list (JSON text, the same for every change of a schema, so parsed once per layout
-    on the driver rather than per change in Spark); ``valued_only`` keeps the columns the change gives a
-    value, since a type stated for NULL may be a stand-in."""
-    columns = _parse_columns(layout["columns"])
+    on the driver rather than per change in Spark): its own, or the one its decoding task listed under its
+    id; ``valued_only`` keeps the columns the change gives a value, since a type stated for NULL may be a
+    stand-in."""
+    columns = _parse_columns(_layout_text(layout, listed))
     if not valued_only:
         return columns
     valued = set(layout["valued"] or ())
     return [c for c in columns if c["name"] in valued]
+
+
+def _layout_text(layout: Row, listed: dict[int, str]) -> str | None:
+    if layout["columns"] is not None or layout["layout"] is None:
+        return layout["columns"]
+    if layout["layout"] not in listed:
+        raise RuntimeError(f"a change names column list {layout['layout']}, which no decoding task listed")
+    return listed[layout["layout"]]
+
+
+def _listed_layouts(rows: list[Row]) -> dict[int, str]:
+    """The column lists the decoding tasks listed ('layout' rows), by id."""
+    listed: dict[int, str] = {}
+    for r in rows:
+        if listed.setdefault(r["layout"], r["columns"]) != r["columns"]:
+            raise RuntimeError(f"two column lists share the id {r['layout']}: {listed[r['layout']]!r}, "
+                               f"{r['columns']!r}")
+    return listed
 
 
 @lru_cache(maxsize=256)
@@ -207,17 +226,19 @@ def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column
 
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
-    # The tallies and the counts of records without events, in one small job.
+    # The tallies, the column lists and the counts of records without events, in one small job.
     tally = F.struct("topic", "partition", "first_offset", "offset", "commit_ts", "records", "events")
     summary = (changelog.filter(F.col("status") != "event")
-               .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"))
+               .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"),
+                        F.when(F.col("status") == "layout", F.struct("layout", "columns")).alias("listed"))
                .agg(F.count(F.lit(1)).alias("rows")).collect())
     counts: dict[str, int] = defaultdict(int)
     offsets: dict[str, int] = {}
     partition_ts: dict[str, int] = dict(carried_ts or {})
     tallies = [r["tally"] for r in summary if r["tally"] is not None]
+    listed = _listed_layouts([r["listed"] for r in summary if r["listed"] is not None])
     for r in summary:
-        if r["tally"] is None:
+        if r["tally"] is None and r["listed"] is None:
             counts[r["status"]] += r["rows"]
     for t in tallies:
         counts["event"] += t["events"]
@@ -256,7 +277,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
            .withColumn("valued", F.map_keys(F.map_filter("after", lambda _, value: value.isNotNull())))
            .persist())
 
-    layout = F.struct("columns", "valued")
+    layout = F.struct("layout", "columns", "valued")
     groups = (net.groupBy("database", "table", "segment")
               .agg(F.max_by(layout, "_cdc_seq").alias("latest"), F.collect_set(layout).alias("layouts"),
                    F.max("_cdc_seq").alias("last"))
@@ -266,10 +287,10 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         name = (g["database"] or "", g["table"] or "")
         part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
                           & (F.col("segment") == g["segment"]))
-        layouts = sorted(g["layouts"], key=lambda lay: (lay["columns"] or "", lay["valued"] or []))
-        merged = merge_columns(_layout_columns(g["latest"], valued_only=True),
-                               [_layout_columns(lay, valued_only=True) for lay in layouts],
-                               _layout_columns(g["latest"]), [_layout_columns(lay) for lay in layouts])
+        layouts = sorted(g["layouts"], key=lambda lay: (_layout_text(lay, listed) or "", lay["valued"] or []))
+        merged = merge_columns(_layout_columns(g["latest"], listed, valued_only=True),
+                               [_layout_columns(lay, listed, valued_only=True) for lay in layouts],
+                               _layout_columns(g["latest"], listed), [_layout_columns(lay, listed) for lay in layouts])
         columns, nulls_only = infer_types(part, merged)
         steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns), nulls_only))
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
