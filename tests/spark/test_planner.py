@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from cdclake.formats.base import layout_id
 from cdclake.spark.changelog import AFTER_MAP, CHANGELOG_ARROW
 from cdclake.spark.planner import RowStep, plan
 
@@ -63,6 +64,22 @@ def test_a_delete_without_commit_ts_follows_what_an_earlier_task_read_of_its_par
     batch = plan(changelog(spark, first + second, tasks=[first, second]))
     assert net(batch)["[1]"] == ("d", f"{600:020d}/~{2:020d}")
     assert (batch.records, batch.counts, batch.offsets) == (3, {"event": 3}, {"t:0": 2})
+
+
+def test_a_column_list_named_by_id_or_carried_by_the_change_reads_alike(spark):
+    carried = row("c", 1, 0, 100)  # as a change held by resolved-ts mode keeps it
+    text = carried["columns"]
+    named = {**row("c", 2, 1, 200), "columns": None, "layout": layout_id(text.encode())}
+    listed = {"status": "layout", "layout": named["layout"], "columns": text}
+    log = changelog(spark, [carried, named]).unionByName(
+        spark.createDataFrame(pa.Table.from_pylist([{n: listed.get(n) for n in CHANGELOG_ARROW.names}],
+                                                   schema=CHANGELOG_ARROW)))
+    batch = plan(log)
+    (step,) = batch.tables[("d", "t")]
+    assert [(c.name, c.type) for c in step.columns] == [("id", "bigint"), ("name", "varchar(8)")]
+    assert set(net(batch)) == {"[1]", "[2]"} and batch.counts == {"event": 2}  # a listing is no record
+    with pytest.raises(RuntimeError, match="no decoding task listed"):
+        plan(changelog(spark, [named]))
 
 
 def test_replays_collapse_and_the_newest_change_wins(spark):
