@@ -1144,8 +1144,9 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
 
 static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->n); }
 
+/* As cdclake.compiled.variable_array takes a column: (validity, offsets, data, null count), -1 for "count them". */
 static PyObject *strings_of(Strings *s) {
-    return Py_BuildValue("(NNN)", bytes_of(&s->offsets), bytes_of(&s->data), bytes_of(&s->valid));
+    return Py_BuildValue("(NNNi)", bytes_of(&s->valid), bytes_of(&s->offsets), bytes_of(&s->data), -1);
 }
 
 static const char decode_doc[] =

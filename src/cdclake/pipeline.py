@@ -21,6 +21,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdclake import compiled
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.sinks.base import Sink
@@ -323,6 +324,7 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
     spark = spark or get_session(config.spark_master, config.spark_remote, config.spark_conf)
     register(spark)
+    compiled.warn_if_missing()
     summary = RunSummary()
     for source in config.sources:
         sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,

@@ -57,6 +57,7 @@ import pyarrow as pa
 
 from cdclake import types as T
 from cdclake import values as V
+from cdclake.compiled import variable_array
 from cdclake.events import (
     DDL,
     DELETE,
@@ -109,11 +110,6 @@ _ROW_SUFFIXES: Final = 256
 _ROW_SUFFIX: Final = tuple(f"{i:020d}" for i in range(_ROW_SUFFIXES))
 # A message's first row: pad_position(txn, offset, 0) is txn + _FIRST_ROW % offset.
 _FIRST_ROW: Final = "%020d/" + _ROW_SUFFIX[0]
-
-
-def _strings(n: int, buffers: tuple[bytes, bytes, bytes]) -> pa.Array:
-    offsets, data, valid = buffers
-    return pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 class _Tidb(msgspec.Struct, gc=False):
@@ -255,6 +251,7 @@ _TEXT_KIND, _UTC_TIMESTAMP_KIND, _ENUM_NUMBER_KIND, _ENUM_LABEL_KIND, _SET_LABEL
 _COMPILED_KINDS: Final = {**dict.fromkeys(_AS_TEXT, _TEXT_KIND), T.INTEGER: 1, T.YEAR: 1, T.BIT: 1, T.FLOAT: 2,
                           T.DOUBLE: 2, T.DECIMAL: 3, T.BINARY: 4, T.BOOLEAN: 7}
 _COMPILED_OPS: Final = pa.array([INSERT, UPDATE, DELETE, READ], pa.string())  # _canal.c's OP_*
+_text = partial(variable_array, pa.string())
 
 
 class _Schema:
@@ -457,12 +454,11 @@ class CanalJson(Format):
             self._compiled_layout, self._compiled)
         layout_numbers = np.frombuffer(layout, np.int32)
         columns = {
-            "op": _COMPILED_OPS.take(np.frombuffer(op, np.int8)), "database": _strings(events, database),
-            "table": _strings(events, table), "key": _strings(events, key),
-            "before_key": _strings(events, before_key), "after": _strings(events, after),
+            "op": _COMPILED_OPS.take(np.frombuffer(op, np.int8)), "database": _text(database),
+            "table": _text(table), "key": _text(key), "before_key": _text(before_key), "after": _text(after),
             "layout": pa.array(np.array(self._compiled_ids, np.int64)[layout_numbers], pa.int64()),
             "commit_ts": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(commit_ts)]),
-            "position": _strings(events, position),
+            "position": _text(position),
             "ts_ms": pa.Array.from_buffers(pa.int64(), events, [pa.py_buffer(ts_ms_valid), pa.py_buffer(ts_ms)]),
             "seq": pa.Array.from_buffers(pa.int32(), events, [None, pa.py_buffer(seq)]),
         }

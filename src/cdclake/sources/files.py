@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from cdclake.compiled import variable_array
 from cdclake.records import (
     Captured,
     Record,
@@ -224,14 +225,14 @@ def captured_to_arrow(lines: list[bytes]) -> pa.RecordBatch | None:
     if columns is None:
         return None
     rows = columns["rows"]
-    header_names, header_values = _variable(pa.string(), columns["header_names"]), _variable(
+    header_names, header_values = variable_array(pa.string(), columns["header_names"]), variable_array(
         pa.binary(), columns["header_values"])
     headers = pa.StructArray.from_arrays([header_names, header_values], fields=list(_HEADER))
     timestamp_valid = columns["timestamp_valid"]
     return pa.RecordBatch.from_arrays([
-        _variable(pa.binary(), columns["key"]),
-        _variable(pa.binary(), columns["value"]),
-        _variable(pa.string(), columns["topic"]),
+        variable_array(pa.binary(), columns["key"]),
+        variable_array(pa.binary(), columns["value"]),
+        variable_array(pa.string(), columns["topic"]),
         pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(columns["partition"])]),
         pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(columns["offset"])]),
         pa.Array.from_buffers(RECORD_ARROW.field("timestamp").type, rows, [
@@ -241,13 +242,6 @@ def captured_to_arrow(lines: list[bytes]) -> pa.RecordBatch | None:
         pa.Array.from_buffers(RECORD_ARROW.field("headers").type, rows,
                               [None, pa.py_buffer(columns["header_offsets"])], children=[headers]),
     ], schema=RECORD_ARROW)
-
-
-def _variable(kind: pa.DataType, buffers: tuple[bytes | None, bytes, bytes, int]) -> pa.Array:
-    """A binary or string column from the C module's (validity, offsets, data, null count)."""
-    valid, offsets, data, nulls = buffers
-    return pa.Array.from_buffers(kind, len(offsets) // 4 - 1, [
-        valid and pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 def records_to_arrow(records: Sequence[Record] | Sequence[Captured]) -> pa.RecordBatch:

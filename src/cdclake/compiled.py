@@ -1,0 +1,34 @@
+"""The compiled twins of cdclake's hot paths (C extensions that setup.py builds where a compiler is present):
+``_records`` reads captured-records files, ``_canal`` decodes Canal-JSON row messages. Each leaves to the
+Python code whatever it cannot read exactly as that code does, so results never depend on whether it was
+built; only speed does."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import pyarrow as pa
+
+EXTENSIONS = ("cdclake._canal", "cdclake._records")
+
+logger = logging.getLogger("cdclake")
+
+
+def missing() -> list[str]:
+    """The compiled twins that were not built for this Python."""
+    return [name for name in EXTENSIONS if importlib.util.find_spec(name) is None]
+
+
+def warn_if_missing() -> None:
+    if absent := missing():
+        logger.warning("%s not built (no C compiler or Python headers at install): those paths run in Python, "
+                       "several times slower; reinstall cdclake where a compiler is present", ", ".join(absent))
+
+
+def variable_array(kind: pa.DataType, buffers: tuple[bytes | None, bytes, bytes, int]) -> pa.Array:
+    """A binary or string column from an extension's (validity, int32 offsets, data, null count): no validity
+    (None or empty) means no nulls, a null count of -1 that Arrow counts them."""
+    valid, offsets, data, nulls = buffers
+    return pa.Array.from_buffers(kind, len(offsets) // 4 - 1, [
+        pa.py_buffer(valid) if valid else None, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
