@@ -22,6 +22,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
+    # A cached changelog lives one batch: compressing it cost a fifth of the executors' JVM time (profiled),
+    # for about a quarter less memory.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
 }
 
