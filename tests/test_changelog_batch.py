@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cdclake import formats, workload
 from cdclake.records import Record, captured_line
 from cdclake.sources import files
-from cdclake.spark.changelog import CHANGELOG_ARROW, decode_batch, decode_task, records_from_arrow
+from cdclake.spark.changelog import CHANGELOG_ARROW, decode_arrow_task, decode_batch, decode_task, records_from_arrow
 
 
 def _canal(table: str, op: str, row_id: int, rows: int = 1) -> bytes:
@@ -58,6 +58,30 @@ def test_a_segment_starting_at_a_corrupted_line_of_a_captured_file_is_still_read
     assert good == records[2:]  # their own topic, partition and offset, not the file's name and line numbers
     assert (bad.topic, bad.offset, bad.value) == ("t.jsonl", 2, torn)
     assert bad.header(files.UNREADABLE_HEADER).startswith(f"{path}:3: not a captured record".encode())
+
+
+@pytest.mark.parametrize("arrow", [True, False], ids=["arrow batches", "python records"])
+@pytest.mark.parametrize("name", ["canal-json", "debezium-json"])
+def test_an_unreadable_line_of_a_captured_file_fails_with_the_reader_reason_and_is_never_decoded(tmp_path, name,
+                                                                                                    arrow):
+    # The second line is a message the format accepts, but not a captured record: applying it would invent a
+    # change at coordinates the source never gave (the file's name and line).
+    message = _canal("a", "INSERT", 7) if name == "canal-json" else json.dumps(
+        {"before": None, "after": {"id": 7}, "op": "c", "ts_ms": 1,
+         "source": {"db": "d", "table": "a", "ts_ms": 1, "connector": "mysql"}}).encode()
+    assert formats.create(name).decode([Record(value=message)]).events
+    good = Record(topic="t", partition=0, offset=5, value=message)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(captured_line(good) + b"\n" + message + b"\n" + b'{"topic": "t", "par\n')
+    batches = list(files.read_segment(str(path), 0, 3))
+    fmt = formats.create(name)
+    log = pa.Table.from_batches(list(decode_arrow_task(fmt, batches)) if arrow else
+                                list(decode_task(fmt, [[r for b in batches for r in records_from_arrow(b)]])))
+    rows = log.filter(pa.compute.is_in(log["status"], pa.array(["event", "failed"]))).to_pylist()
+    assert [(r["status"], r["offset"]) for r in rows] == [("event", 5), ("failed", 1), ("failed", 2)]
+    assert rows[1]["error"].startswith(f"{path}:2: not a captured record")
+    assert rows[2]["error"].startswith(f"{path}:3: not a captured record")
+    assert [r["raw_value"] for r in rows[1:]] == [message, b'{"topic": "t", "par']
 
 
 def test_message_per_line_files_number_lines_from_zero_and_skip_blank_ones(tmp_path):

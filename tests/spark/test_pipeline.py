@@ -199,14 +199,21 @@ def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path):
                   topic="cdc", offset=3)]
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "1.jsonl", good + bad)
+    # A message where a captured record belongs (a file mixed up by hand): no change of the source's.
+    misplaced = records([change(INSERT, 12, 9)])[0].value
+    with open(tmp_path / "in" / "1.jsonl", "ab") as captured:
+        captured.write(misplaced + b"\n")
     (tmp_path / "in" / "2.txt").write_bytes(b"not json at all\n")
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
-    assert summary.total("records") == 5
-    assert summary.total("failed") == 3 and summary.total("dead_letters") == 3
+    assert summary.total("records") == 6
+    assert summary.total("failed") == 4 and summary.total("dead_letters") == 4
     assert summary.total("records") == len(good) + summary.total("failed") + summary.total("skipped")
     dead = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
-    assert sorted((d["topic"], d["offset"]) for d in dead) == [("2.txt", 0), ("cdc", 2), ("cdc", 3)]
+    assert sorted((d["topic"], d["offset"]) for d in dead) == [("1.jsonl", 4), ("2.txt", 0), ("cdc", 2), ("cdc", 3)]
     assert all(d["reason"] and d["format"] == "canal-json" for d in dead)
+    (unreadable,) = [d for d in dead if d["topic"] == "1.jsonl"]
+    assert unreadable["value"] == misplaced
+    assert unreadable["reason"].startswith(f"{tmp_path / 'in' / '1.jsonl'}:5: not a captured record")
     assert {d["value"] for d in dead} >= {b'{"truncated": ', b"not json at all"}
     assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]"]
 

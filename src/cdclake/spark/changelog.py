@@ -28,6 +28,7 @@ from cdclake import formats
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
+from cdclake.sources.files import UNREADABLE_HEADER
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
@@ -151,19 +152,20 @@ class _Task:
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
         """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
-        decoded = self._fit_int64(records, self.fmt.decode(records))
+        decoded = self._decode(records)
         self._count_records(records)
         yield from self._changes(records, decoded, [])
 
     def add_arrow(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """:meth:`add` for an Arrow batch of records: a format's compiled path (see ``Format.decode_arrow``)
         decodes what it can into changelog columns, and only the records it leaves become Python records."""
-        compiled = self.fmt.decode_arrow(batch.column("value"), batch.column("offset"))
+        compiled = None if _has_unreadable(batch) else self.fmt.decode_arrow(batch.column("value"),
+                                                                              batch.column("offset"))
         if compiled is None or not len(compiled.records):
             yield from self.add(records_from_arrow(batch))
             return
         records = records_from_arrow(batch.take(pa.array(compiled.left))) if len(compiled.left) else []
-        decoded = self._fit_int64(records, self.fmt.decode(records))
+        decoded = self._decode(records)
         if any(e.commit_ts is None for e in decoded.events):
             # Ordered by their partition's commit ts before them, which counts records in read order.
             yield from self.add(records_from_arrow(batch))
@@ -171,6 +173,19 @@ class _Task:
         self._count_batch(batch)
         self.compiled_layouts.update(compiled.layouts)
         yield from self._changes(records, decoded, [self._compiled_changes(batch, compiled)])
+
+    def _decode(self, records: list[Record]) -> Decoded:
+        """The format's decoding of the records, except a line of a captured-records file that its reader could
+        not read: that is no message of the format, so it fails with the reader's reason unseen by the decoder."""
+        unreadable = {id(r): reason for r in records
+                      if r.headers and (reason := r.header(UNREADABLE_HEADER)) is not None}
+        if not unreadable:
+            return self._fit_int64(records, self.fmt.decode(records))
+        readable = [r for r in records if id(r) not in unreadable]
+        decoded = self._fit_int64(readable, self.fmt.decode(readable))
+        failures = [Failure(r, self.fmt.name, unreadable[id(r)].decode(errors="replace")) for r in records
+                    if id(r) in unreadable]
+        return Decoded(decoded.events, decoded.failures + failures, decoded.skipped)
 
     def _fit_int64(self, records: list[Record], decoded: Decoded) -> Decoded:
         """The records whose events carry a commit ts or event time no 64-bit integer holds (as the changelog's
@@ -424,6 +439,13 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
 
 
 _NO_SOURCE = Source("")
+
+
+def _has_unreadable(batch: pa.RecordBatch) -> bool:
+    if "headers" not in batch.schema.names:
+        return False
+    names = pc.list_flatten(batch.column("headers")).field("key")
+    return len(names) > 0 and pc.any(pc.equal(names, UNREADABLE_HEADER)).as_py() is True
 
 
 def _unproductive(records: list[Record], decoded: Decoded,
