@@ -283,8 +283,9 @@ def main() -> None:
         f"{sum(b.plan_seconds for b in warm.batches):.1f} s of them); the lake "
         f"{'equals' if not warm_problems else 'DIFFERS from'} the simulator's final state"
         f"{': ' + '; '.join(warm_problems[:3]) if warm_problems else ''}. It repeats the first run's queries, so "
-        "Spark reuses their compiled code; in a running pipeline, a batch that reads other offsets than the last "
-        "one compiles about a dozen queries anew (0.24 s of compiling, measured on 2026-11-25).",
+        "Spark reuses their compiled code; in a running pipeline, a batch that reads other offsets than before "
+        "compiles about four queries anew (the planner's, which name offsets; 0.24 s of compiling for a run of "
+        "three batches, measured on 2026-11-25).",
         "",
         f"CPU during the first run: {_cpu_text(cpu, e2e_s)}; during the warm run: {_cpu_text(warm_cpu, warm_s)}. "
         "(JVM tasks: the executors' own work, Arrow and row conversions, shuffles, the columnar cache; JIT "
