@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -381,6 +382,14 @@ class _LakeReports:
                 self.progress(report)
 
 
+def _clear_unlogged_offsets(spark_checkpoint: str) -> None:
+    """A run killed while Spark wrote its first offset-log entry leaves only a temporary file in ``offsets``,
+    and Spark then refuses to plan batch 0 there. With no entry logged, the directory holds nothing."""
+    offsets = os.path.join(spark_checkpoint, "offsets")
+    if os.path.isdir(offsets) and not any(name.isdigit() for name in os.listdir(offsets)):
+        shutil.rmtree(offsets)
+
+
 def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,
                applier: BatchApplier, poll: Callable[[], None] | None = None) -> None:
     if source.kafka is not None:
@@ -389,6 +398,7 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
         records, target = _file_records(spark, source, config)
     else:
         raise ValueError(f"source {source.name}: neither input nor kafka")
+    _clear_unlogged_offsets(os.path.join(checkpoint, "spark"))
     writer = (records.writeStream.foreachBatch(applier)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"cdclake-{config.name}-{source.name}"))

@@ -345,3 +345,16 @@ def test_follow_applies_files_as_they_grow_and_never_reads_a_half_written_line(t
         output = process.communicate(timeout=60)[0].decode(errors="replace")
     dead = lake / "_cdclake" / "dead_letters"
     assert not DeltaTable.is_deltatable(str(dead)) or not DeltaTable(str(dead)).to_pyarrow_table().num_rows, output
+
+
+def test_a_run_killed_before_its_first_batch_was_logged_starts_again(spark, tmp_path):
+    # A kill while Spark writes its first offset-log entry leaves the temporary file behind; Spark then
+    # refuses to plan batch 0 into an offsets directory that is not empty.
+    offsets = tmp_path / "lake" / "_cdclake" / "checkpoints" / "t" / "main" / "spark" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.5b7e1c3a-killed.tmp").write_text("v1\n")
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 2)]))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert summary.total("inserted") == 2
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]"]
