@@ -398,9 +398,10 @@ def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig
         records, target = _file_records(spark, source, config)
     else:
         raise ValueError(f"source {source.name}: neither input nor kafka")
-    _clear_unlogged_offsets(os.path.join(checkpoint, "spark"))
+    spark_checkpoint = os.path.join(checkpoint, "spark")
+    _clear_unlogged_offsets(spark_checkpoint)
     writer = (records.writeStream.foreachBatch(applier)
-              .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+              .option("checkpointLocation", spark_checkpoint)
               .queryName(f"cdclake-{config.name}-{source.name}"))
     if config.follow:
         writer = writer.trigger(processingTime=f"{config.poll_seconds} seconds")
