@@ -527,6 +527,28 @@ static int put_float(Buf *b, double d) {
     return rc;
 }
 
+/* Plain notation with 1 to 15 significant digits, between 1e-5 and 1e15, no trailing zero in the fraction: the
+ * shortest text of the double it parses to has the same digits (any 15 digits survive text -> double -> text),
+ * so msgspec would write that very text (".0" added to a whole number). 1 if written, 0 if not such a text. */
+static int put_plain_float(Buf *b, const char *s, Py_ssize_t n) {
+    const char *p = s + (*s == '-'), *e = s + n;
+    const char *point = memchr(p, '.', (size_t)(e - p));
+    if (memchr(p, 'e', (size_t)(e - p)) || memchr(p, 'E', (size_t)(e - p))) return 0;
+    Py_ssize_t whole = (point ? point : e) - p, significant;
+    if (whole == 1 && *p == '0') {
+        if (!point) return 0;
+        const char *q = point + 1;
+        while (q < e && *q == '0') q++;
+        if (q - point - 1 > 4 || q == e) return 0;
+        significant = e - q;
+    } else {
+        significant = whole + (point ? e - point - 1 : 0);
+    }
+    if (significant > 15 || (point && e[-1] == '0')) return 0;
+    if (put(b, s, n) || (!point && put(b, ".0", 2))) return -1;
+    return 1;
+}
+
 static int days_in_month(int y, int m) {
     static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
@@ -593,6 +615,8 @@ static int put_value(Buf *b, Buf *scratch, int kind, PyObject *labels, const cha
         int integral;
         /* TiCDC writes plain notation: up to ~330 characters for a double */
         if (n == 0 || n > 511 || scan_number(s, s + n, &integral) != s + n) return LEFT;
+        int plain = put_plain_float(b, s, n);
+        if (plain) return plain < 0 ? FAILED : HANDLED;
         char text[512];
         memcpy(text, s, (size_t)n);
         text[n] = 0;
