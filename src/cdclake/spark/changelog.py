@@ -374,8 +374,9 @@ _ORDER: dict[str, str | int | None] = {"commit_ts": None, "position": "", "parti
 
 def _newest(held: list[_Held]) -> pa.RecordBatch:
     """Each table's keys' newest change among the held ones, by the planner's order (ties: the first read).
-    Only the small ordering columns are combined and sorted; the wide ones (row images, column lists) are
-    copied once, for the changes that remain."""
+    Only the small ordering columns are combined and sorted, the identity by dictionary codes (a sort on
+    integers, several times cheaper than on the texts); the wide ones (row images, column lists) are copied
+    once, for the changes that remain."""
     parts = []
     for number, (changes, rows) in enumerate(held):
         part = pa.table({**{name: changes[name] for name in _IDENTITY},
@@ -383,15 +384,20 @@ def _newest(held: list[_Held]) -> pa.RecordBatch:
                             for name, missing in _ORDER.items()},
                          "held": np.full(changes.num_rows, number), "row": np.arange(changes.num_rows)})
         parts.append(part if rows is None else part.take(rows))
-    order = pa.concat_tables(parts)
+    order = pa.concat_tables(parts).combine_chunks()
     if not order.num_rows:
         return held[0].changes.slice(0, 0)
-    ranked = order.take(pc.sort_indices(order, [(name, "ascending") for name in _IDENTITY]
-                                        + [(name, "descending") for name in _ORDER]))
+    identity = pa.table({name: order[name].dictionary_encode().combine_chunks().indices for name in _IDENTITY})
+    ranking = pc.sort_indices(pa.table({**{f"_{name}": identity[name] for name in _IDENTITY},
+                                        **{name: order[name] for name in _ORDER}}),
+                              [(f"_{name}", "ascending") for name in _IDENTITY]
+                              + [(name, "descending") for name in _ORDER])
+    ranked = identity.take(ranking)
     # The first of each run of equal (database, table, key) is that key's newest change.
     later, earlier = ranked.slice(1), ranked.slice(0, ranked.num_rows - 1)
     starts = functools.reduce(pc.or_, (_differs(later[name], earlier[name]) for name in _IDENTITY))
-    kept = ranked.filter(pa.concat_arrays([pa.array([True]), starts.combine_chunks()])).combine_chunks()
+    kept = order.select(["held", "row"]).take(
+        ranking.filter(pa.concat_arrays([pa.array([True]), starts.combine_chunks()])))
     taken = [changes.take(kept.filter(pc.equal(kept["held"], number))["row"].combine_chunks())
              for number, (changes, _) in enumerate(held)]
     return pa.concat_batches(taken)
