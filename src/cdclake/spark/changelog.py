@@ -549,4 +549,7 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from decode_arrow_task(_format(format_name, opts), batches, reduce)
 
-    return records.mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
+    # Only what records_from_arrow reads crosses to Python: each column costs the JVM a conversion per row.
+    read = [name for name in ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+            if name in records.columns]
+    return records.select(*read).mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
