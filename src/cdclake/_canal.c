@@ -481,6 +481,32 @@ static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
     return put1(b, '"');
 }
 
+/* Whether each escape in a string's text is the one put_json_string writes for the character it stands for:
+ * then the text is already as msgspec writes it (producers escape quotes in JSON columns, for one). */
+static int escapes_as_written(const char *s, Py_ssize_t n) {
+    const char *p = s, *e = s + n;
+    while ((p = memchr(p, '\\', (size_t)(e - p))) != NULL) {
+        if (e - p < 2) return 0;
+        switch (p[1]) {
+        case '"': case '\\': case 'n': case 'r': case 't': case 'b': case 'f':
+            p += 2;
+            continue;
+        case 'u': {
+            if (e - p < 6 || p[2] != '0' || p[3] != '0' || (p[4] != '0' && p[4] != '1')) return 0;
+            const char *digit = strchr(HEX, p[5]);
+            if (!p[5] || !digit) return 0;
+            int c = (p[4] - '0') * 16 + (int)(digit - HEX);
+            if (c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r') return 0; /* written short */
+            p += 6;
+            continue;
+        }
+        default:
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* --------------------------------------------------------------------------------------------- values */
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -584,6 +610,7 @@ static int put_value(Buf *b, Buf *scratch, int kind, PyObject *labels, const cha
     if ((flags & HIGH) && !utf8_valid((const unsigned char *)s, n)) return LEFT;
     const char *raw = s;
     Py_ssize_t raw_n = n;
+    if (kind == K_TEXT && (flags & ESCAPED) && escapes_as_written(s, n)) flags &= ~ESCAPED;
     if (flags & ESCAPED) {
         int rc = unescape(scratch, s, n);
         if (rc != HANDLED) return rc;
