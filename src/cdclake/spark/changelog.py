@@ -549,7 +549,11 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from decode_arrow_task(_format(format_name, opts), batches, reduce)
 
-    # Only what records_from_arrow reads crosses to Python: each column costs the JVM a conversion per row.
-    read = [name for name in ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-            if name in records.columns]
-    return records.select(*read).mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
+    return decoder_input(records).mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
+
+
+def decoder_input(records: DataFrame) -> DataFrame:
+    """The record columns the decoder reads (see :func:`records_from_arrow`): only these cross to Python, as
+    each column costs the JVM a conversion per row."""
+    return records.select(*[name for name in ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+                            if name in records.columns])
