@@ -388,10 +388,9 @@ def _newest(held: list[_Held]) -> pa.RecordBatch:
     if not order.num_rows:
         return held[0].changes.slice(0, 0)
     identity = pa.table({name: order[name].dictionary_encode().combine_chunks().indices for name in _IDENTITY})
-    ranking = pc.sort_indices(pa.table({**{f"_{name}": identity[name] for name in _IDENTITY},
+    ranking = pc.sort_indices(pa.table({**{name: identity[name] for name in _IDENTITY},
                                         **{name: order[name] for name in _ORDER}}),
-                              [(f"_{name}", "ascending") for name in _IDENTITY]
-                              + [(name, "descending") for name in _ORDER])
+                              [(name, "ascending") for name in _IDENTITY] + [(name, "descending") for name in _ORDER])
     ranked = identity.take(ranking)
     # The first of each run of equal (database, table, key) is that key's newest change.
     later, earlier = ranked.slice(1), ranked.slice(0, ranked.num_rows - 1)
