@@ -8,8 +8,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from cdclake import formats
 from cdclake.formats.base import layout_id
-from cdclake.spark.changelog import AFTER_MAP, CHANGELOG_ARROW
+from cdclake.sources.files import UNREADABLE_HEADER
+from cdclake.spark.changelog import AFTER_MAP, CHANGELOG_ARROW, RECORD_SCHEMA, decode
 from cdclake.spark.planner import RowStep, plan
 
 pytestmark = pytest.mark.spark
@@ -104,3 +106,22 @@ def test_lake_types_agree_between_spark_casts_and_ddl_columns(spark):
     schema = typed_changes(frame, columns).toArrow().schema
     for column in columns:
         assert schema.field(column.name).type == arrow_type(parse_type(column.type)), column.type
+
+
+@pytest.mark.parametrize("headers", ["null", "empty", "others"])
+def test_records_decode_whatever_their_headers_and_an_unreadable_line_keeps_its_reason(spark, headers):
+    """Spark's Kafka source gives null headers to a record without any; the captured-records reader marks a line
+    it could not read with a header among the others; only that reason reaches the decoder."""
+    fmt = formats.create("canal-json")
+    values = [json.dumps({"database": "d", "table": "t", "type": "INSERT", "isDdl": False, "es": 1, "ts": 2,
+                          "pkNames": ["id"], "mysqlType": {"id": "bigint"}, "sqlType": {"id": -5},
+                          "data": [{"id": str(i)}], "old": None}).encode() for i in range(3)]
+    others = {"null": None, "empty": [], "others": [{"key": "trace", "value": b"x"}]}[headers]
+    unreadable = [*(others or []), {"key": UNREADABLE_HEADER, "value": b"in.jsonl:2: not a captured record"}]
+    rows = [{"key": None, "value": v, "topic": "in.jsonl", "partition": 0, "offset": i, "timestamp": None,
+             "timestampType": None, "headers": unreadable if i == 1 else others} for i, v in enumerate(values)]
+    records = spark.createDataFrame(rows, RECORD_SCHEMA)
+    out = decode(records, fmt.name).where("status in ('event', 'failed')").orderBy("offset").toArrow().to_pylist()
+    assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
+    assert out[1]["error"] == "in.jsonl:2: not a captured record" and out[1]["raw_value"] == values[1]
+    assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == [0, 2]
