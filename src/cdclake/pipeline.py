@@ -120,18 +120,22 @@ class BatchApplier:
         # Each task reduces its keys' changes before the planner sees them, except where a held change must
         # keep its place in its transaction.
         reduced = not consistent
-        log = CL.decode(records, self.source.format, self.source.options, reduce=reduced).persist()
+        # The cached changelog; ``log`` is what the planner reads of it.
+        decoded = log = CL.decode(records, self.source.format, self.source.options, reduce=reduced).persist()
         raw = records.select("topic", "partition", "offset", "key", "value")
         held: DataFrame | None = None
+        plan: planner.BatchPlan | None = None
         try:
             if consistent:
-                log, held, raw = self._release(records, log, raw, batch, report)
+                log, held, raw = self._release(records, decoded, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
             if reduced and plan.renames_tables():
                 # A RENAME seen by one task only may fall between changes that another task reduced.
                 logger.info("batch %d of %s renames a table: planned again from every change", batch, self.source.name)
-                log.unpersist()
-                log, reduced = self._unreduced(records).persist(), False
+                plan.release()
+                decoded.unpersist()
+                decoded = log = self._unreduced(records).persist()
+                reduced = False
                 plan = planner.plan(log, self.partition_ts)
             report.plan_seconds = time.monotonic() - started
             counts = plan.counts
@@ -190,7 +194,9 @@ class BatchApplier:
                 self.sink.forget_held(batch)
             failpoint("before-checkpoint")
         finally:
-            log.unpersist()
+            if plan is not None:
+                plan.release()
+            decoded.unpersist()
             if held is not None:
                 held.unpersist()
             if consistent:

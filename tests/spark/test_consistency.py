@@ -119,7 +119,10 @@ def test_no_half_applied_transaction_with_partitions_read_unevenly(spark, tmp_pa
     _write_uneven(records, tmp_path / "data")
     watcher = Watcher(tmp_path / "lake", states)
     decode_options = {}  # the decoder tells the flavours apart by itself
+    spark.catalog.clearCache()
     summary = pipeline.run(_config(tmp_path / "lake", tmp_path / "data", name, decode_options), watcher, spark)
+    # Every batch freed what it cached (its records, changelog, held and net changes).
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
     assert not watcher.problems, "\n".join(watcher.problems[:10])
     assert watcher.consistent == sorted(watcher.consistent)

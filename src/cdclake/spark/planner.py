@@ -57,6 +57,13 @@ class BatchPlan:
     partition_ts: dict[str, int]
     records: int  # the records behind the changelog (by its tallies)
     offsets: dict[str, int]  # the last offset per "topic:partition"
+    net: DataFrame  # the net changes the row steps read, cached until :meth:`release`
+
+    def release(self) -> None:
+        """Frees the cached net changes once the steps are applied: a running pipeline plans a batch after
+        another, and every cached plan would stay in Spark's cache list (which each later query is matched
+        against) and in its storage memory."""
+        self.net.unpersist()
 
     def renames_tables(self) -> bool:
         return any(isinstance(action, DDL.RenameTable) for steps in self.tables.values() for step in steps
@@ -305,7 +312,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         "topic", "partition", "offset", F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
         "format", F.col("error").alias("reason"))
     return BatchPlan(dict(steps), _order_tables(steps), dead, dict(counts), last_seq, partition_ts,
-                     sum(t["records"] for t in tallies), offsets)
+                     sum(t["records"] for t in tallies), offsets, net)
 
 
 def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
