@@ -193,6 +193,25 @@ def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -
 
 
 @app.command()
+def maintain(
+    lake: Annotated[Path, typer.Argument(help="Lake root directory.")],
+    retention_hours: Annotated[int, typer.Option(
+        min=0, help="Keep the files that table versions of the last this many hours need.")] = 168,
+    compact: Annotated[bool, typer.Option(
+        help="Rewrite small files into larger ones first. A running pipeline's MERGE fails when compaction "
+             "rewrote its files meanwhile: beside a running pipeline use --no-compact.")] = True,
+) -> None:
+    """Compact each table's small files and delete the files no recent table version needs (Delta OPTIMIZE and
+    VACUUM, for the source tables and the lake's own under _cdclake/)."""
+    from cdclake.sinks.delta import maintain as maintain_lake
+
+    if not lake.is_dir():
+        raise _fail(f"{lake}: no such lake directory")
+    for done in maintain_lake(str(lake), retention_hours, compact):
+        typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
+
+
+@app.command()
 def generate(
     format_name: FormatName,
     out: Annotated[Path, typer.Option("--out", help="Directory for records/, expected/ and manifest.json.")],

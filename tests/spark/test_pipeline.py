@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from typer.testing import CliRunner
 
 from cdclake import formats, pipeline
+from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
 from cdclake.records import Record, write_records
@@ -230,6 +232,43 @@ def test_a_run_leaves_nothing_cached_in_spark(spark, tmp_path):
         f"[{i}]" for i in range(9, 40))
     # PySpark has no public listing of cached plans: Spark's own cache manager answers.
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_maintenance_leaves_the_lake_equal_and_a_rerun_applies_nothing_twice(spark, tmp_path):
+    events = [change(INSERT, 1000 + i, i) for i in range(1, 40)]
+    events += [change(UPDATE, 2000 + i, i, version=1, before_version=0) for i in range(1, 40, 2)]
+    events += [change(DELETE, 3000 + i, i, version=1) for i in range(1, 40, 5)]
+    recs = records(events)
+    recs.insert(7, Record(value=b"garbage", topic="cdc", offset=999))
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0001.jsonl", recs)
+    lake = tmp_path / "lake"
+    run(spark, tmp_path / "in", lake, max_records_per_batch=12)
+    before = lake_rows(str(lake), "shop", "users")
+
+    def files_on_disk(path: Path) -> int:
+        return sum(1 for _ in path.glob("**/*.parquet"))
+
+    tables = [lake / "shop" / "users", *(p.parent for p in (lake / "_cdclake").glob("*/_delta_log"))]
+    markers = [DeltaTable(str(table)).transaction_version("cdclake:t.main") for table in tables]
+    assert files_on_disk(lake / "_cdclake" / "progress") > 1 and all(markers)
+    result = CliRunner().invoke(app, ["maintain", str(lake), "--retention-hours", "0"])
+    assert result.exit_code == 0, result.output
+    assert "_cdclake.progress:" in result.output and "shop.users:" in result.output
+    for table in tables:
+        assert files_on_disk(table) == len(DeltaTable(str(table)).file_uris()), table
+    # The app-transaction markers that make a replayed batch harmless survive the maintenance commits.
+    assert [DeltaTable(str(table)).transaction_version("cdclake:t.main") for table in tables] == markers
+    assert files_on_disk(lake / "_cdclake" / "progress") == 1
+    assert lake_rows(str(lake), "shop", "users") == before
+    assert DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table()["value"].to_pylist() == [b"garbage"]
+
+    # The pipeline goes on from where it was: new input applies once, the old is not read again.
+    write_records(tmp_path / "in" / "0002.jsonl", records([change(DELETE, 4000, 2, version=1)], start_offset=1000))
+    again = run(spark, tmp_path / "in", lake)
+    assert again.total("records") == 1 and again.total("deleted") == 1
+    assert sorted(lake_rows(str(lake), "shop", "users")) == sorted(k for k in before if k != "[2]")
+    assert DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().num_rows == 1
 
 
 @pytest.mark.parametrize("point", ["before-merge", "after-merge", "before-dead-letters", "before-checkpoint"])

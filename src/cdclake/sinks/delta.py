@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +59,7 @@ PROGRESS = pa.schema([
     ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()),
 ])
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
+INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held")
 
 
 class TableStopped(Exception):
@@ -413,6 +414,37 @@ class DeltaSink:  # implements sinks.base.Sink
                 if os.path.isdir(os.path.join(self.lake, database, table, "_delta_log")):
                     found.append((database, table))
         return found
+
+
+class Maintained(NamedTuple):
+    table: str  # "<database>.<table>", or "_cdclake.<name>" for the lake's own tables
+    compacted: int  # small files rewritten …
+    into: int  # … into this many
+    vacuumed: int  # files deleted from storage
+
+
+def maintain(lake: str, retention_hours: int = 168, compact: bool = True,
+             storage_options: dict[str, str] | None = None) -> list[Maintained]:
+    """Every table of a local lake compacted (Delta OPTIMIZE) and vacuumed (VACUUM): each batch's MERGE rewrites
+    the files it touches and each batch appends to the lake's own tables, so a running pipeline leaves many
+    small files and, on storage, every file an older version referenced. Vacuum deletes the files no version
+    of the last ``retention_hours`` needs (time travel and readers of older versions need them). Compacting
+    commits without an app-transaction marker and changes no row, so exactly once is unaffected; but it
+    rewrites files that a concurrent MERGE may rewrite too, which fails that MERGE's commit: compact between
+    runs, or only vacuum beside a running pipeline."""
+    sink = DeltaSink(lake, "maintenance", storage_options)
+    named = [(f"{d}.{t}", sink.table_uri(d, t)) for d, t in sink.tables()]
+    named += [(f"_cdclake.{name}", sink.internal_uri(name)) for name in INTERNAL_TABLES]
+    done = []
+    for name, uri in named:
+        table = sink._open(uri)
+        if table is None:
+            continue
+        metrics = table.optimize.compact() if compact else {}
+        vacuumed = table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+        done.append(Maintained(name, metrics.get("numFilesRemoved", 0), metrics.get("numFilesAdded", 0),
+                               len(vacuumed)))
+    return done
 
 
 def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
