@@ -198,8 +198,8 @@ def maintain(
     retention_hours: Annotated[int, typer.Option(
         min=0, help="Keep the files that table versions of the last this many hours need.")] = 168,
     compact: Annotated[bool, typer.Option(
-        help="Rewrite small files into larger ones first. A running pipeline's MERGE fails when compaction "
-             "rewrote its files meanwhile: beside a running pipeline use --no-compact.")] = True,
+        help="Rewrite small files into larger ones first. Beside a running pipeline prefer --no-compact: a "
+             "schema change that meets a compaction stops the run (the next run applies it).")] = True,
 ) -> None:
     """Compact each table's small files and delete the files no recent table version needs (Delta OPTIMIZE and
     VACUUM, for the source tables and the lake's own under _cdclake/)."""

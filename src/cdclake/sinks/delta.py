@@ -25,17 +25,18 @@ import datetime as dt
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from cdclake import ddl as DDL
 
 STEPS_PER_BATCH = 1000
+WRITE_ATTEMPTS = 3
 TABLE_TOMBSTONE = "*"  # the key of a tombstone that buries a whole table (TRUNCATE, DROP TABLE)
 BOOKKEEPING = pa.schema([
     ("_cdc_key", pa.string()), ("_cdc_seq", pa.string()), ("_cdc_commit_ts", pa.int64()),
@@ -108,6 +109,18 @@ class DeltaSink:  # implements sinks.base.Sink
         committed = table.transaction_version(self.app_id)
         return committed is not None and committed >= version
 
+    def _rewrite(self, uri: str, write: Callable[[DeltaTable], dict[str, Any]]) -> dict[str, Any]:
+        """A MERGE or DELETE on the table's current version, run again on the new one when another writer
+        committed first (``cdclake maintain`` compacting beside a running pipeline): what each of them does
+        depends only on the rows and their sequences, which compaction keeps."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return write(DeltaTable(uri, storage_options=self.storage_options))
+            except CommitFailedError:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
     def last_batch(self) -> int | None:
         table = self._open(self.internal_uri("progress"))
         if table is None:
@@ -175,8 +188,8 @@ class DeltaSink:  # implements sinks.base.Sink
         changes = self._drop_buried(database, table, changes)
         changes = self._keep_lake_types(uri, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
-        target = self._ensure_table(uri, changes.select(data_columns).schema)
-        metrics = (
+        self._ensure_table(uri, changes.select(data_columns).schema)
+        metrics = self._rewrite(uri, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                          commit_properties=self._commit(version), merge_schema=False)
             .when_matched_update(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
@@ -184,8 +197,7 @@ class DeltaSink:  # implements sinks.base.Sink
             .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_seq > t._cdc_seq")
             .when_not_matched_insert(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
                                      predicate="s._cdc_op <> 'd'")
-            .execute()
-        )
+            .execute()))
         return {"inserted": metrics.get("num_target_rows_inserted", 0),
                 "updated": metrics.get("num_target_rows_updated", 0),
                 "deleted": metrics.get("num_target_rows_deleted", 0)}
@@ -268,19 +280,20 @@ class DeltaSink:  # implements sinks.base.Sink
         uri = self.internal_uri("tombstones")
         if tombstones.num_rows == 0 or self.done(uri, version):
             return
-        table = self._ensure_table(uri, TOMBSTONES)
-        (table.merge(tombstones, predicate="t.database = s.database AND t.\"table\" = s.\"table\" AND "
-                                           "t._cdc_key = s._cdc_key",
-                     source_alias="s", target_alias="t", commit_properties=self._commit(version))
-         .when_matched_update_all(predicate="s._cdc_seq > t._cdc_seq")
-         .when_not_matched_insert_all().execute())
+        self._ensure_table(uri, TOMBSTONES)
+        self._rewrite(uri, lambda table: (
+            table.merge(tombstones, predicate="t.database = s.database AND t.\"table\" = s.\"table\" AND "
+                                              "t._cdc_key = s._cdc_key",
+                        source_alias="s", target_alias="t", commit_properties=self._commit(version))
+            .when_matched_update_all(predicate="s._cdc_seq > t._cdc_seq")
+            .when_not_matched_insert_all().execute()))
 
     def expire_tombstones(self) -> int:
-        table = self._open(self.internal_uri("tombstones"))
-        if table is None:
+        uri = self.internal_uri("tombstones")
+        if self._open(uri) is None:
             return 0
         horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S")
-        return table.delete(f"deleted_at < '{horizon}'").get("num_deleted_rows", 0)
+        return self._rewrite(uri, lambda table: table.delete(f"deleted_at < '{horizon}'")).get("num_deleted_rows", 0)
 
     # -- DDL ----------------------------------------------------------------------------------------------
     def apply_ddl(self, database: str, table: str, action: DDL.Action, version: int, seq: str,
@@ -300,7 +313,8 @@ class DeltaSink:  # implements sinks.base.Sink
             # A change older than the statement may still arrive from another partition: the table-wide
             # tombstone buries it, and rows newer than the statement (already here) stay.
             self._bury_table(database, table, seq, version)
-            current.delete(f"_cdc_seq < '{seq}'", commit_properties=self._commit(version))
+            self._rewrite(uri, lambda target: target.delete(f"_cdc_seq < '{seq}'",
+                                                            commit_properties=self._commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
                     ).count_rows() == 0:
                 shutil.rmtree(uri, ignore_errors=True)
@@ -385,9 +399,10 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def forget_held(self, before: int) -> None:
         """Drop snapshots older than ``before``: the progress row of a later batch has superseded them."""
-        table = self._open(self.internal_uri("held"))
-        if table is not None:
-            table.delete(f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}")
+        uri = self.internal_uri("held")
+        if self._open(uri) is not None:
+            predicate = f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}"
+            self._rewrite(uri, lambda table: table.delete(predicate))
 
     def publish_consistency(self, database: str, table: str, commit_ts: int, version: int) -> bool:
         """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""
