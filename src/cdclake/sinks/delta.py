@@ -444,9 +444,9 @@ def maintain(lake: str, retention_hours: int = 168, compact: bool = True,
     the files it touches and each batch appends to the lake's own tables, so a running pipeline leaves many
     small files and, on storage, every file an older version referenced. Vacuum deletes the files no version
     of the last ``retention_hours`` needs (time travel and readers of older versions need them). Compacting
-    commits without an app-transaction marker and changes no row, so exactly once is unaffected; but it
-    rewrites files that a concurrent MERGE may rewrite too, which fails that MERGE's commit: compact between
-    runs, or only vacuum beside a running pipeline."""
+    commits without an app-transaction marker and changes no row, so exactly once is unaffected. A running
+    pipeline's MERGE or DELETE that a compaction overtakes runs again (``DeltaSink._rewrite``); its schema
+    changes do not, so compact between runs where possible, and only vacuum beside a running pipeline."""
     sink = DeltaSink(lake, "maintenance", storage_options)
     named = [(f"{d}.{t}", sink.table_uri(d, t)) for d, t in sink.tables()]
     named += [(f"_cdclake.{name}", sink.internal_uri(name)) for name in INTERNAL_TABLES]
