@@ -26,8 +26,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # for about a quarter less memory.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-    # Throughput over pause times: on 2 cores the parallel collector took the pipeline benchmark's first run from
-    # 29–33 s to 28 s (three runs each; warm runs alike), as G1's concurrent work competes with the tasks.
+    # Throughput over pause times: on 2 cores G1's concurrent work competes with the tasks. The parallel collector
+    # took the benchmark's first end-to-end run from 23.0 to 19.8 s, warm runs alike (benchmarks/results.md).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 
