@@ -25,7 +25,7 @@ import datetime as dt
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -109,17 +109,16 @@ class DeltaSink:  # implements sinks.base.Sink
         committed = table.transaction_version(self.app_id)
         return committed is not None and committed >= version
 
-    def _rewrite(self, uri: str, write: Callable[[DeltaTable], dict[str, Any]]) -> dict[str, Any]:
-        """A MERGE or DELETE on the table's current version, run again on the new one when another writer
-        committed first (``cdclake maintain`` compacting beside a running pipeline): what each of them does
-        depends only on the rows and their sequences, which compaction keeps."""
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
+    def _rewrite(self, table: DeltaTable, write: Callable[[DeltaTable], dict[str, Any]]) -> dict[str, Any]:
+        """A MERGE or DELETE on the table, run again on its new version when another writer committed first
+        (``cdclake maintain`` compacting beside a running pipeline): what each of them does depends only on the
+        rows and their sequences, which compaction keeps."""
+        for _ in range(WRITE_ATTEMPTS - 1):
             try:
-                return write(DeltaTable(uri, storage_options=self.storage_options))
+                return write(table)
             except CommitFailedError:
-                if attempt == WRITE_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+                table = DeltaTable(table.table_uri, storage_options=self.storage_options)
+        return write(table)
 
     def last_batch(self) -> int | None:
         table = self._open(self.internal_uri("progress"))
@@ -188,8 +187,8 @@ class DeltaSink:  # implements sinks.base.Sink
         changes = self._drop_buried(database, table, changes)
         changes = self._keep_lake_types(uri, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
-        self._ensure_table(uri, changes.select(data_columns).schema)
-        metrics = self._rewrite(uri, lambda target: (
+        target = self._ensure_table(uri, changes.select(data_columns).schema)
+        metrics = self._rewrite(target, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                          commit_properties=self._commit(version), merge_schema=False)
             .when_matched_update(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
@@ -280,8 +279,7 @@ class DeltaSink:  # implements sinks.base.Sink
         uri = self.internal_uri("tombstones")
         if tombstones.num_rows == 0 or self.done(uri, version):
             return
-        self._ensure_table(uri, TOMBSTONES)
-        self._rewrite(uri, lambda table: (
+        self._rewrite(self._ensure_table(uri, TOMBSTONES), lambda table: (
             table.merge(tombstones, predicate="t.database = s.database AND t.\"table\" = s.\"table\" AND "
                                               "t._cdc_key = s._cdc_key",
                         source_alias="s", target_alias="t", commit_properties=self._commit(version))
@@ -289,11 +287,12 @@ class DeltaSink:  # implements sinks.base.Sink
             .when_not_matched_insert_all().execute()))
 
     def expire_tombstones(self) -> int:
-        uri = self.internal_uri("tombstones")
-        if self._open(uri) is None:
+        tombstones = self._open(self.internal_uri("tombstones"))
+        if tombstones is None:
             return 0
         horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S")
-        return self._rewrite(uri, lambda table: table.delete(f"deleted_at < '{horizon}'")).get("num_deleted_rows", 0)
+        deleted = self._rewrite(tombstones, lambda table: table.delete(f"deleted_at < '{horizon}'"))
+        return deleted.get("num_deleted_rows", 0)
 
     # -- DDL ----------------------------------------------------------------------------------------------
     def apply_ddl(self, database: str, table: str, action: DDL.Action, version: int, seq: str,
@@ -313,8 +312,8 @@ class DeltaSink:  # implements sinks.base.Sink
             # A change older than the statement may still arrive from another partition: the table-wide
             # tombstone buries it, and rows newer than the statement (already here) stay.
             self._bury_table(database, table, seq, version)
-            self._rewrite(uri, lambda target: target.delete(f"_cdc_seq < '{seq}'",
-                                                            commit_properties=self._commit(version)))
+            self._rewrite(current, lambda target: target.delete(f"_cdc_seq < '{seq}'",
+                                                                commit_properties=self._commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
                     ).count_rows() == 0:
                 shutil.rmtree(uri, ignore_errors=True)
@@ -399,10 +398,10 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def forget_held(self, before: int) -> None:
         """Drop snapshots older than ``before``: the progress row of a later batch has superseded them."""
-        uri = self.internal_uri("held")
-        if self._open(uri) is not None:
+        held = self._open(self.internal_uri("held"))
+        if held is not None:
             predicate = f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}"
-            self._rewrite(uri, lambda table: table.delete(predicate))
+            self._rewrite(held, lambda table: table.delete(predicate))
 
     def publish_consistency(self, database: str, table: str, commit_ts: int, version: int) -> bool:
         """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""
@@ -439,7 +438,7 @@ class Maintained(NamedTuple):
 
 
 def maintain(lake: str, retention_hours: int = 168, compact: bool = True,
-             storage_options: dict[str, str] | None = None) -> list[Maintained]:
+             storage_options: dict[str, str] | None = None) -> Iterator[Maintained]:
     """Every table of a local lake compacted (Delta OPTIMIZE) and vacuumed (VACUUM): each batch's MERGE rewrites
     the files it touches and each batch appends to the lake's own tables, so a running pipeline leaves many
     small files and, on storage, every file an older version referenced. Vacuum deletes the files no version
@@ -450,16 +449,13 @@ def maintain(lake: str, retention_hours: int = 168, compact: bool = True,
     sink = DeltaSink(lake, "maintenance", storage_options)
     named = [(f"{d}.{t}", sink.table_uri(d, t)) for d, t in sink.tables()]
     named += [(f"_cdclake.{name}", sink.internal_uri(name)) for name in INTERNAL_TABLES]
-    done = []
-    for name, uri in named:
+    for name, uri in named:  # one at a time, as each is done: a large table takes a while
         table = sink._open(uri)
         if table is None:
             continue
         metrics = table.optimize.compact() if compact else {}
         vacuumed = table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
-        done.append(Maintained(name, metrics.get("numFilesRemoved", 0), metrics.get("numFilesAdded", 0),
-                               len(vacuumed)))
-    return done
+        yield Maintained(name, metrics.get("numFilesRemoved", 0), metrics.get("numFilesAdded", 0), len(vacuumed))
 
 
 def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
