@@ -8,6 +8,7 @@ app-transaction marker, so a batch replayed after a crash skips what it had alre
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdclake import compiled
+from cdclake import compiled, formats
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.sinks.base import Sink
@@ -32,7 +33,7 @@ from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session
-from cdclake.spark.sources import register
+from cdclake.spark.sources import register, reread
 from cdclake.types import parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
@@ -79,9 +80,9 @@ Progress = Callable[[BatchReport], None]
 class BatchApplier:
     """Applies one micro-batch of records of one source: the body of ``foreachBatch``."""
 
-    def __init__(self, spark: SparkSession, source: SourceConfig, sink: Sink, base_version: int,
+    def __init__(self, spark: SparkSession, read: SourceRead, sink: Sink, base_version: int,
                  progress: Progress | None, partitions: list[tuple[str, int]] | None = None) -> None:
-        self.spark, self.source, self.sink = spark, source, sink
+        self.spark, self.read, self.source, self.sink = spark, read, read.source, sink
         self.base_version = base_version
         self.progress = progress
         self.stopped: dict[str, str] = {}
@@ -110,31 +111,40 @@ class BatchApplier:
         self.consistent_ts = state.get("consistent_ts") or 0
         self.written = self.sink.written_tables()
 
-    def __call__(self, records: DataFrame, batch_id: int) -> None:
+    def __call__(self, data: DataFrame, batch_id: int) -> None:
+        """Applies one batch: ``data`` holds its records, or their changelog where the source decodes them."""
         started = time.monotonic()
         batch = self.base_version + batch_id
         report = BatchReport(self.source.name, batch)
         consistent = self.source.consistency == "resolved-ts"
-        if consistent:
-            records = records.persist()  # read again for the raw bytes of the changes it holds
         # Each task reduces its keys' changes before the planner sees them, except where a held change must
         # keep its place in its transaction.
         reduced = not consistent
         # The cached changelog; ``log`` is what the planner reads of it.
-        decoded = log = CL.decode(records, self.source.format, self.source.options, reduce=reduced).persist()
-        raw = records.select("topic", "partition", "offset", "key", "value")
+        if self.read.decodes:
+            decoded = log = data.persist()
+            # Only a batch that renames or stops a table needs its records again.
+            records = functools.cache(lambda: self.read.records(decoded))
+        else:
+            if consistent:
+                data = data.persist()  # read again for the raw bytes of the changes it holds
+            decoded = log = CL.decode(data, self.source.format, self.source.options, reduce=reduced).persist()
+            records = functools.cache(lambda: data)
         held: DataFrame | None = None
+        raw: DataFrame | None = None  # resolved-ts mode: the records behind the changes, also those held before
         plan: planner.BatchPlan | None = None
         try:
             if consistent:
-                log, held, raw = self._release(records, decoded, raw, batch, report)
+                raw = records().select("topic", "partition", "offset", "key", "value")
+                log, held, raw = self._release(records(), decoded, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
             if reduced and plan.renames_tables():
                 # A RENAME seen by one task only may fall between changes that another task reduced.
                 logger.info("batch %d of %s renames a table: planned again from every change", batch, self.source.name)
+                every = self._unreduced(records())  # before the changelog that names the records is freed
                 plan.release()
                 decoded.unpersist()
-                decoded = log = self._unreduced(records).persist()
+                decoded = log = every.persist()
                 reduced = False
                 plan = planner.plan(log, self.partition_ts)
             report.plan_seconds = time.monotonic() - started
@@ -142,7 +152,7 @@ class BatchApplier:
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
             # Held changes come back in a later batch's changelog: count this batch's records themselves.
-            report.records = records.count() if consistent else plan.records
+            report.records = records().count() if consistent else plan.records
             step = 0
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
@@ -169,8 +179,8 @@ class BatchApplier:
             dead = plan.dead_letters
             if stopped_now:
                 # Every record behind the stopped tables' changes, also those a reduction left out.
-                every = self._unreduced(records) if reduced else log
-                dead = dead.unionByName(self._stopped_records(raw, every, stopped_now))
+                every = self._unreduced(records()) if reduced else log
+                dead = dead.unionByName(self._stopped_records(records() if raw is None else raw, every, stopped_now))
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
@@ -183,7 +193,7 @@ class BatchApplier:
                 "deleted": report.deleted, "duration_s": report.seconds, "dead_letters": report.dead_letters,
                 "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
                            for (d, t), seq in plan.last_seq.items()},
-                "offsets": _max_offsets(records) if consistent else plan.offsets,
+                "offsets": _max_offsets(records()) if consistent else plan.offsets,
                 "partition_ts": plan.partition_ts,
                 "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
                 "held_batch": batch if report.held else None, "held": report.held,
@@ -200,7 +210,7 @@ class BatchApplier:
             if held is not None:
                 held.unpersist()
             if consistent:
-                records.unpersist()
+                records().unpersist()
         self.summary.batches.append(report)
         if self.progress:
             self.progress(report)
@@ -344,8 +354,9 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
         last = sink.last_batch()
         lake_reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) \
             if _is_connect(spark) else None
-        applier = BatchApplier(spark, source, sink, base, None if lake_reports else progress, partitions)
-        _run_query(spark, source, config, checkpoint, applier, lake_reports.poll if lake_reports else None)
+        read = source_read(spark, source, config, sink)
+        applier = BatchApplier(spark, read, sink, base, None if lake_reports else progress, partitions)
+        _run_query(spark, read, config, checkpoint, applier, lake_reports.poll if lake_reports else None)
         if lake_reports:
             lake_reports.poll()
         summary.batches.extend(lake_reports.reports if lake_reports else applier.summary.batches)
@@ -396,17 +407,12 @@ def _clear_unlogged_offsets(spark_checkpoint: str) -> None:
         shutil.rmtree(offsets)
 
 
-def _run_query(spark: SparkSession, source: SourceConfig, config: PipelineConfig, checkpoint: str,
+def _run_query(spark: SparkSession, read: SourceRead, config: PipelineConfig, checkpoint: str,
                applier: BatchApplier, poll: Callable[[], None] | None = None) -> None:
-    if source.kafka is not None:
-        records, target = _kafka_records(spark, source, config, applier.sink)
-    elif source.input is not None:
-        records, target = _file_records(spark, source, config)
-    else:
-        raise ValueError(f"source {source.name}: neither input nor kafka")
+    source, target = read.source, read.target
     spark_checkpoint = os.path.join(checkpoint, "spark")
     _clear_unlogged_offsets(spark_checkpoint)
-    writer = (records.writeStream.foreachBatch(applier)
+    writer = (read.stream(spark).writeStream.foreachBatch(applier)
               .option("checkpointLocation", spark_checkpoint)
               .queryName(f"cdclake-{config.name}-{source.name}"))
     if config.follow:
@@ -496,25 +502,66 @@ def _wait_for_kafka(source: SourceConfig, end: dict[str, Any] | None, target: di
     return since
 
 
-def _file_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig) -> tuple[DataFrame, Any]:
-    assert source.input is not None
+@dataclass(frozen=True)
+class SourceRead:
+    """How a source is read: the Spark data source, its options and, without ``follow`` for Kafka, the end
+    offsets to stop at. Where the data source is cdclake's own and the batch needs no records afterwards, the
+    source decodes its records itself (``decodes``, see :class:`cdclake.spark.sources.Decoding`): they never
+    cross to the JVM and back to Python for decoding. The few batches that need the records again read them
+    by the changelog's ``input`` rows (:meth:`records`)."""
+
+    source: SourceConfig
+    data_source: str
+    options: dict[str, str]
+    target: Any = None
+
+    @property
+    def decodes(self) -> bool:
+        # resolved-ts mode keeps every record of a batch at hand, for the raw bytes of the changes it holds.
+        return self.data_source.startswith("cdclake-") and self.source.consistency != "resolved-ts"
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        """The stream of the source's records, or of their changelog (reduced per task) where it decodes them."""
+        options = dict(self.options)
+        if self.decodes:
+            formats.create(self.source.format, self.source.options)  # fail fast on the driver for a bad option
+            options.update(decode=self.source.format, decodeOptions=json.dumps(self.source.options), reduce="true")
+        try:
+            return spark.readStream.format(self.data_source).options(**options).load()
+        except AnalysisException as exc:
+            if self.data_source == "kafka" and ("KAFKA_DATA_SOURCE_NOT_ENABLED" in str(exc)
+                                                or "DATA_SOURCE_NOT_FOUND" in str(exc)):
+                raise ValueError(
+                    f"source {self.source.name}: connector = \"spark\" needs Spark's Kafka connector on the "
+                    f"classpath (e.g. spark.jars.packages = \"org.apache.spark:spark-sql-kafka-0-10_2.13:"
+                    f"{spark.version}\"); it is not there. Use connector = \"cdclake\", which needs no jar.") from None
+            raise
+
+    def records(self, changelog: DataFrame) -> DataFrame:
+        """The records behind a changelog this source decoded, read again (in the changelog's own session: with
+        Spark Connect, the server's foreachBatch worker)."""
+        inputs = [r[CL.INPUT] for r in changelog.filter(F.col("status") == CL.INPUT).select(CL.INPUT).collect()]
+        return reread(changelog.sparkSession, self.data_source, self.options, inputs)
+
+
+def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
+    if source.kafka is not None:
+        return _kafka_read(source, config, sink)
+    if source.input is None:
+        raise ValueError(f"source {source.name}: neither input nor kafka")
     # Every core busy, even in a batch that holds one file: Spark's own notion of how many tasks a stage wants.
     tasks = spark.conf.get("spark.default.parallelism", None) or str(os.cpu_count() or 1)
-    reader = (spark.readStream.format("cdclake-files").option("path", source.input)
-              .option("maxRecordsPerBatch", str(source.max_records_per_batch or 0))
-              .option("minPartitions", tasks)
-              .option("follow", "true" if config.follow else "false"))
     # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _run_query).
-    return reader.load(), None
+    return SourceRead(source, "cdclake-files", {
+        "path": source.input, "maxRecordsPerBatch": str(source.max_records_per_batch or 0), "minPartitions": tasks,
+        "follow": "true" if config.follow else "false"})
 
 
-def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineConfig,
-                   sink: Sink) -> tuple[DataFrame, Any]:
-    """A Kafka source's record stream, starting where the lake says this source stopped. Spark's checkpoint,
-    when it has one, says the same or repeats a batch the lake skips; when it is new or lost, the starting
-    offsets given here are the lake's: the next offset after the last one applied, per partition (partitions
-    the lake has not seen start at ``starting_offsets``). Without ``follow``, the target is the end offsets
-    seen now."""
+def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
+    """A Kafka source's read, starting where the lake says this source stopped. Spark's checkpoint, when it
+    has one, says the same or repeats a batch the lake skips; when it is new or lost, the starting offsets
+    given here are the lake's: the next offset after the last one applied, per partition (partitions the lake
+    has not seen start at ``starting_offsets``). Without ``follow``, the target is the end offsets seen now."""
     assert source.kafka is not None
     settings = kafka.ClientSettings(source.kafka, source.kafka_options)
     subscription = kafka.Subscription.of(source.topics, source.topic_pattern)
@@ -543,16 +590,4 @@ def _kafka_records(spark: SparkSession, source: SourceConfig, config: PipelineCo
         options["maxOffsetsPerTrigger"] = str(source.max_records_per_batch)
     client_options = settings.java_options() if source.connector == "spark" else settings.options
     options.update({f"kafka.{k}": v for k, v in client_options.items()})
-    name = "kafka" if source.connector == "spark" else "cdclake-kafka"
-    try:
-        records = spark.readStream.format(name).options(**options).load()
-    except AnalysisException as exc:
-        if source.connector == "spark" and ("KAFKA_DATA_SOURCE_NOT_ENABLED" in str(exc)
-                                            or "DATA_SOURCE_NOT_FOUND" in str(exc)):
-            raise ValueError(
-                f"source {source.name}: connector = \"spark\" needs Spark's Kafka connector on the classpath "
-                f"(e.g. spark.jars.packages = \"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}\"); "
-                "it is not there. Use connector = \"cdclake\", which needs no jar.") from None
-        raise
-    return records, target
-
+    return SourceRead(source, "kafka" if source.connector == "spark" else "cdclake-kafka", options, target)

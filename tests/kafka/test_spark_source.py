@@ -4,14 +4,18 @@ streams that respect maxOffsetsPerTrigger and see new partitions, and connector 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 
 import pytest
 
-from cdclake import pipeline
+from cdclake import formats, pipeline
 from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.events import INSERT, ROW, ChangeEvent, Column
 from cdclake.records import Record
+from cdclake.spark import changelog as CL
 from cdclake.spark.changelog import RECORD_SCHEMA
+from cdclake.spark.sources import reread
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -102,3 +106,32 @@ def test_spark_connector_without_its_jar_is_a_clear_error(spark, broker, tmp_pat
     config.validate()
     with pytest.raises(ValueError, match=r"connector = \"spark\" needs Spark's Kafka connector on the classpath"):
         pipeline.run(config, spark=spark)
+
+
+def test_a_decoding_read_gives_the_changelog_of_its_records_and_reads_them_again(spark, broker):
+    """Option ``decode``: the changelog of the records, decoded in the task that reads them, as the pipeline reads
+    its Kafka sources; its ``input`` rows read the same records again (for a batch that renames or stops a table)."""
+    topic = broker.topic(2, "decode")
+    fmt = formats.create("canal-json")
+    columns = [Column("id", "bigint", key=True, nullable=False)]
+    events = [ChangeEvent(kind=ROW, op=INSERT, database="d", table="t", key={"id": i}, after={"id": i},
+                          columns=columns, commit_ts=(100 + i) << 18) for i in range(30)]
+    records = fmt.encode(events)
+    for i, record in enumerate(records):
+        record.topic, record.partition = topic, i % 2
+    records.append(Record(topic=topic, partition=1, value=b"{not json"))
+    broker.publish(records, 2)
+    plain = _reader(spark, broker, subscribe=topic, includeHeaders="true")
+    decoded = _reader(spark, broker, subscribe=topic, includeHeaders="true", decode="canal-json", reduce="true")
+    assert decoded.schema == CL.CHANGELOG_SCHEMA
+    changes = decoded.filter("status = 'event'").toArrow()
+    assert sorted(json.loads(k)[0] for k in changes["key"].to_pylist()) == list(range(30))
+    (failed,) = decoded.filter("status = 'failed'").collect()
+    assert (failed.partition, failed.raw_value) == (1, b"{not json")
+    inputs = [r[CL.INPUT] for r in decoded.filter(f"status = '{CL.INPUT}'").collect()]
+    assert sorted((json.loads(i)["partition"], json.loads(i)["end"]) for i in inputs) == [(0, 15), (1, 16)]
+    again = reread(spark, "cdclake-kafka", {"kafka.bootstrap.servers": broker.servers, "subscribe": topic,
+                                            "includeHeaders": "true", "decode": "canal-json"}, inputs)
+    assert again.schema == plain.schema
+    assert sorted((r.partition, r.offset, r.value) for r in again.collect()) == \
+        sorted((r.partition, r.offset, r.value) for r in plain.collect())

@@ -72,7 +72,16 @@ def run(spark, input_dir: Path, lake: Path, **source) -> pipeline.RunSummary:
     return pipeline.run(cfg, spark=spark)
 
 
-def test_applies_typed_rows_exactly(spark, tmp_path):
+@pytest.fixture(params=["decoded by the source", "records"])
+def batches_of(request, monkeypatch) -> str:
+    """Both ways a batch reaches the pipeline: as the changelog that cdclake's own sources decode as they read,
+    and as records, which Spark's own Kafka source gives and the pipeline decodes (``mapInArrow``)."""
+    if request.param == "records":
+        monkeypatch.setattr(pipeline.SourceRead, "decodes", property(lambda self: False))
+    return request.param
+
+
+def test_applies_typed_rows_exactly(spark, tmp_path, batches_of):
     events = [change(INSERT, 1000 + i, i) for i in range(1, 6)]
     events += [change(UPDATE, 2000, 2, version=1, before_version=0), change(DELETE, 2001, 3)]
     (tmp_path / "in").mkdir()
@@ -194,7 +203,7 @@ def test_ddl_add_drop_column_truncate_drop_table(spark, tmp_path):
     assert not (tmp_path / "lake" / "shop" / "tmp").exists()
 
 
-def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path):
+def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batches_of):
     good = records([change(INSERT, 10, 1), change(INSERT, 11, 2)])
     bad = [Record(value=b'{"truncated": ', topic="cdc", offset=2),
            Record(value=b'{"type": "NOPE", "isDdl": false, "database": "shop", "table": "users", "data": []}',
@@ -297,7 +306,7 @@ def test_crash_at_any_point_of_a_batch_is_applied_exactly_once(tmp_path, point):
     assert dead.num_rows == 1  # the garbage record, recorded once although its batch ran twice
 
 
-def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path):
+def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path, batches_of):
     """Each task reduces its keys' changes; a RENAME that only another task saw falls between two changes of one
     key here, so the batch is planned again from every change."""
     rows = records([change(INSERT, 10, 1, version=1), change(INSERT, 30, 1, version=2)])
@@ -312,7 +321,7 @@ def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp
     assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v2"
 
 
-def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_letter(spark, tmp_path):
+def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_letter(spark, tmp_path, batches_of):
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 1, table="audit")]))
     run(spark, tmp_path / "in", tmp_path / "lake")

@@ -34,6 +34,8 @@ from cdclake.sources.files import UNREADABLE_HEADER
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
 
+INPUT = "input"
+
 # The record column that carries a captured-records reader's reason for a line it could not read.
 UNREADABLE = "unreadable"
 
@@ -54,13 +56,16 @@ CHANGELOG_ARROW = pa.schema([
     ("partition_ts", pa.int64()),
     # status = 'tally': what a task read of a partition (offsets first_offset..offset, records, events).
     ("first_offset", pa.int64()), ("records", pa.int64()), ("events", pa.int64()),
+    # status = 'input': what a source that decodes its own records read in one task (see cdclake.spark.sources).
+    ("input", pa.string()),
 ])
+CHANGELOG_SCHEMA = from_arrow_schema(CHANGELOG_ARROW)
 
 _json = msgspec.json.Encoder()
 _formats: dict[tuple[str, tuple[tuple[str, str], ...]], Format] = {}
 
 
-def _format(name: str, options: dict[str, str]) -> Format:
+def cached_format(name: str, options: dict[str, str]) -> Format:
     """One format object per worker process, so its schema and converter caches stay warm."""
     cache_key = (name, tuple(sorted(options.items())))
     if cache_key not in _formats:
@@ -520,6 +525,11 @@ def decode_arrow_task(fmt: Format, batches: Iterable[pa.RecordBatch], reduce: bo
     yield from task.finish()
 
 
+def input_row(described: str, format_name: str) -> pa.RecordBatch:
+    """The changelog row naming what one task of a decoding source read, so that its records can be read again."""
+    return _batch({"status": [INPUT], "input": [described], "seq": [0], "format": [format_name]}, 1)
+
+
 def decode_batch(fmt: Format, records: list[Record], reduce: bool = False) -> pa.RecordBatch:
     """The changelog of one batch of records, in one Arrow batch."""
     return pa.concat_batches([_batch({}, 0), *decode_task(fmt, [records], reduce)])
@@ -555,9 +565,9 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
     formats.create(format_name, opts)  # fail fast on the driver for a bad name or option
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from decode_arrow_task(_format(format_name, opts), batches, reduce)
+        yield from decode_arrow_task(cached_format(format_name, opts), batches, reduce)
 
-    return decoder_input(records).mapInArrow(run, from_arrow_schema(CHANGELOG_ARROW))
+    return decoder_input(records).mapInArrow(run, CHANGELOG_SCHEMA)
 
 
 def decoder_input(records: DataFrame) -> DataFrame:

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from cdclake import ddl as DDL
 from cdclake import types as T
 from cdclake.events import Column
-from cdclake.spark.changelog import AFTER_MAP
+from cdclake.spark.changelog import AFTER_MAP, INPUT
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
@@ -235,7 +235,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
     # The tallies, the column lists and the counts of records without events, in one small job.
     tally = F.struct("topic", "partition", "first_offset", "offset", "commit_ts", "records", "events")
-    summary = (changelog.filter(F.col("status") != "event")
+    summary = (changelog.filter(~F.col("status").isin("event", INPUT))
                .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"),
                         F.when(F.col("status") == "layout", F.struct("layout", "columns")).alias("listed"))
                .agg(F.count(F.lit(1)).alias("rows")).collect())

@@ -1,22 +1,72 @@
 """cdclake's sources as PySpark Python data sources (batch and Structured Streaming): ``cdclake-files``
-(directories of captured-records files) and ``cdclake-kafka`` (Kafka, without Spark's connector jar)."""
+(directories of captured-records files) and ``cdclake-kafka`` (Kafka, without Spark's connector jar).
+
+Both give Kafka's record columns, or with the option ``decode`` the changelog of their records, decoded in
+the task that reads them (see :class:`Decoding`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
 
 from cdclake.sources import files
 from cdclake.sources import kafka as K
+from cdclake.spark import changelog as CL
 from cdclake.spark.changelog import RECORD_SCHEMA
 
 START = {"file": "", "line": 0}
+
+
+class Decoding(NamedTuple):
+    """Option ``decode`` (a format name): the source gives the changelog of its records instead of the records
+    (see :mod:`cdclake.spark.changelog`), decoded in the task that reads them. The records then never cross
+    from Python to the JVM and back to Python, which costs more than decoding them. ``decodeOptions`` holds the
+    format's options as a JSON object; ``reduce = true`` sends only each key's newest row change of a task. Each
+    task ends with an ``input`` row naming what it read: a batch read with the option ``inputs`` reads the same
+    records again (see :func:`reread`)."""
+
+    format: str
+    options: dict[str, str]
+    reduce: bool
+
+    @classmethod
+    def of(cls, options: Any) -> Decoding | None:
+        name = options.get("decode")
+        if not name:
+            return None
+        return cls(name, json.loads(options.get("decodeOptions") or "{}"),
+                   str(options.get("reduce", "false")).lower() == "true")
+
+    def changelog(self, records: Iterator[pa.RecordBatch], described: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        yield from CL.decode_arrow_task(CL.cached_format(self.format, self.options), records, self.reduce)
+        yield CL.input_row(json.dumps(described), self.format)
+
+
+DECODING_OPTIONS = ("decode", "decodeOptions", "reduce")
+
+
+def _schema(options: Any, records: str) -> StructType | str:
+    return CL.CHANGELOG_SCHEMA if Decoding.of(options) else records
+
+
+def _inputs(options: Any) -> list[dict[str, Any]] | None:
+    return json.loads(options["inputs"]) if options.get("inputs") else None
+
+
+def reread(spark: SparkSession, source: str, options: dict[str, str], inputs: list[str]) -> DataFrame:
+    """The records behind a decoding source's changelog, read again: those of the inputs its ``input`` rows
+    name (``source``, ``options``: the data source and options of the stream that gave the changelog)."""
+    plain = {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+    return (spark.read.format(source).options(**plain)
+            .option("inputs", json.dumps([json.loads(i) for i in inputs])).load())
 
 
 class _Segment(InputPartition):
@@ -24,6 +74,21 @@ class _Segment(InputPartition):
                  seek: tuple[int, int] = (0, 0)) -> None:
         super().__init__((name, first, stop))
         self.name, self.first, self.stop, self.complete_only, self.seek = name, first, stop, complete_only, seek
+
+    def described(self) -> dict[str, Any]:
+        return {"name": self.name, "first": self.first, "stop": self.stop, "complete_only": self.complete_only,
+                "seek": list(self.seek)}
+
+    @classmethod
+    def of(cls, described: dict[str, Any]) -> _Segment:
+        return cls(described["name"], described["first"], described["stop"], described["complete_only"],
+                   tuple(described["seek"]))
+
+    def read(self, decoding: Decoding | None) -> Iterator[pa.RecordBatch]:
+        if not self.name:
+            return
+        records = files.read_segment(self.name, self.first, self.stop, self.complete_only, self.seek)
+        yield from decoding.changelog(records, self.described()) if decoding else records
 
 
 MIN_TASK_LINES = 10_000  # a task is worth its start-up
@@ -42,15 +107,15 @@ def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min
 
 class FilesDataSource(DataSource):
     """``spark.read[Stream].format("cdclake-files").option("path", DIR)``; options ``maxRecordsPerBatch``
-    (lines per micro-batch) and ``minPartitions`` (at least this many tasks per batch where files are long
-    enough: a file's lines are read by several tasks at once)."""
+    (lines per micro-batch), ``minPartitions`` (at least this many tasks per batch where files are long
+    enough: a file's lines are read by several tasks at once) and those of :class:`Decoding`."""
 
     @classmethod
     def name(cls) -> str:
         return "cdclake-files"
 
-    def schema(self) -> str:
-        return RECORD_SCHEMA
+    def schema(self) -> StructType | str:
+        return _schema(self.options, RECORD_SCHEMA)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return _FilesReader(self.options)
@@ -64,19 +129,24 @@ def _min_tasks(options: dict[str, str]) -> int:
 
 
 class _FilesReader(DataSourceReader):
+    """Every line of the directory's files; with the option ``inputs``, the segments it names instead."""
+
     def __init__(self, options: dict[str, str]) -> None:
-        self.path = options["path"]
+        self.path = options.get("path", "")
         self.min_tasks = _min_tasks(options)
+        self.inputs = _inputs(options)
+        self.decoding = Decoding.of(options)
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.inputs is not None:
+            return [_Segment.of(described) for described in self.inputs] or [_Segment("", 0, 0, False)]
         counter = files.LineCounter(complete_only=False)
         _, segments = files.plan_range(files.list_files(self.path), counter, START, None)
         return _tasks(segments, counter, self.min_tasks, False) or [_Segment("", 0, 0, False)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
-        if partition.name:
-            yield from files.read_segment(partition.name, partition.first, partition.stop, seek=partition.seek)
+        yield from partition.read(self.decoding)
 
 
 class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -90,6 +160,7 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.limit = int(options.get("maxRecordsPerBatch", "0") or 0)
         self.min_tasks = _min_tasks(options)
         self.complete_only = options.get("follow", "false") == "true"
+        self.decoding = Decoding.of(options)
         self.counter = files.LineCounter(self.complete_only)
         self.initial = json.loads(options["startingOffset"]) if options.get("startingOffset") else dict(START)
         self._last_end = dict(self.initial)
@@ -131,8 +202,7 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
-        yield from files.read_segment(partition.name, partition.first, partition.stop, partition.complete_only,
-                                      partition.seek)
+        yield from partition.read(self.decoding)
 
     def commit(self, end: dict) -> None:
         pass
@@ -155,8 +225,8 @@ class _KafkaRange(InputPartition):
 class KafkaDataSource(DataSource):
     """``spark.read[Stream].format("cdclake-kafka")``: Spark's Kafka source read with confluent-kafka in the
     executors, no jar needed. Same options (see :class:`cdclake.sources.kafka.SourceOptions`) and columns as
-    ``format("kafka")``, so switching between the two is a change of the format name. One Spark partition per
-    Kafka partition range."""
+    ``format("kafka")``, so switching between the two is a change of the format name; plus those of
+    :class:`Decoding`. One Spark partition per Kafka partition range."""
 
     @classmethod
     def name(cls) -> str:
@@ -164,27 +234,37 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> str:
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return RECORD_SCHEMA if include else RECORD_SCHEMA_NO_HEADERS
+        return _schema(self.options, RECORD_SCHEMA if include else RECORD_SCHEMA_NO_HEADERS)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _KafkaReader(K.SourceOptions.parse(self.options, streaming=False))
+        return _KafkaReader(K.SourceOptions.parse(self.options, streaming=False), self.options)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _KafkaStreamReader(K.SourceOptions.parse(self.options, streaming=True))
+        return _KafkaStreamReader(K.SourceOptions.parse(self.options, streaming=True), Decoding.of(self.options))
 
 
-def _read_range(opts: K.SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def _read_range(opts: K.SourceOptions, partition: InputPartition,
+                decoding: Decoding | None) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, _KafkaRange)
-    if partition.range is not None:
-        yield from K.read_arrow(opts.settings, partition.range, fail_on_data_loss=opts.fail_on_data_loss,
-                                include_headers=opts.include_headers)
+    rng = partition.range
+    if rng is None:
+        return
+    records = K.read_arrow(opts.settings, rng, fail_on_data_loss=opts.fail_on_data_loss,
+                           include_headers=opts.include_headers)
+    yield from decoding.changelog(records, dataclasses.asdict(rng)) if decoding else records
 
 
 class _KafkaReader(DataSourceReader):
-    def __init__(self, opts: K.SourceOptions) -> None:
+    """The records between the starting and ending offsets; with the option ``inputs``, the ranges it names."""
+
+    def __init__(self, opts: K.SourceOptions, options: Any) -> None:
         self.opts = opts
+        self.inputs = _inputs(options)
+        self.decoding = Decoding.of(options)
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.inputs is not None:
+            return [_KafkaRange(K.Range(**described)) for described in self.inputs] or [_KafkaRange(None)]
         with K.KafkaClient(self.opts.settings) as client:
             parts = client.partitions(self.opts.subscription)
             start = client.resolve(self.opts.starting, parts)
@@ -192,7 +272,7 @@ class _KafkaReader(DataSourceReader):
         return [_KafkaRange(r) for r in K.ranges(start, end)] or [_KafkaRange(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from _read_range(self.opts, partition)
+        yield from _read_range(self.opts, partition, self.decoding)
 
 
 class _KafkaStreamReader(DataSourceStreamReader):
@@ -200,8 +280,8 @@ class _KafkaStreamReader(DataSourceStreamReader):
     engine may ask more than once and must get the same answer); topics and partitions that appear later are
     read from their earliest offset."""
 
-    def __init__(self, opts: K.SourceOptions) -> None:
-        self.opts = opts
+    def __init__(self, opts: K.SourceOptions, decoding: Decoding | None) -> None:
+        self.opts, self.decoding = opts, decoding
         self._client: K.KafkaClient | None = None
         self._initial: dict | None = None
         self._last_end: dict | None = None
@@ -254,7 +334,7 @@ class _KafkaStreamReader(DataSourceStreamReader):
         return [_KafkaRange(r) for r in K.ranges(K.from_json(start), K.from_json(end))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from _read_range(self.opts, partition)
+        yield from _read_range(self.opts, partition, self.decoding)
 
     def commit(self, end: dict) -> None:
         pass  # the lake is the record of what was applied, not Kafka's consumer groups
