@@ -1,4 +1,6 @@
-"""Record DataFrames → changelog DataFrames, decoded in the executors with ``mapInArrow``.
+"""Record DataFrames → changelog DataFrames, decoded in the executors with ``mapInArrow``; or, by the same
+task code (:func:`decode_arrow_task`), inside cdclake's own sources as they read (see
+:class:`cdclake.spark.sources.Decoding`).
 
 The format modules run unchanged inside the Python workers, over Arrow batches of Kafka records. Every
 record comes out accounted for: as its events (``status = 'event'``), as a dead letter with its raw
