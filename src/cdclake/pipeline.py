@@ -33,7 +33,7 @@ from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session
-from cdclake.spark.sources import register, reread
+from cdclake.spark.sources import DECODING_SOURCES, register, reread
 from cdclake.types import parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
@@ -518,7 +518,7 @@ class SourceRead:
     @property
     def decodes(self) -> bool:
         # resolved-ts mode keeps every record of a batch at hand, for the raw bytes of the changes it holds.
-        return self.data_source.startswith("cdclake-") and self.source.consistency != "resolved-ts"
+        return self.data_source in DECODING_SOURCES and self.source.consistency != "resolved-ts"
 
     def stream(self, spark: SparkSession) -> DataFrame:
         """The stream of the source's records, or of their changelog (reduced per task) where it decodes them."""

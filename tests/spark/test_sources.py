@@ -84,3 +84,12 @@ def test_the_input_rows_of_a_decoded_batch_read_its_records_again(spark, tmp_pat
     some = reread(spark, "cdclake-files", options, inputs[:1]).toArrow()
     assert 0 < some.num_rows < records.count()
     assert set(some["topic"].to_pylist()) <= {"cdc", Path(first["name"]).name}
+
+
+def test_a_decoding_read_with_an_unknown_format_or_option_fails_when_loaded(spark, tmp_path):
+    path = str(_input(tmp_path / "in"))
+    with pytest.raises(Exception, match="no-such-format"):
+        spark.read.format("cdclake-files").option("path", path).option("decode", "no-such-format").load()
+    with pytest.raises(Exception, match="flavour"):
+        (spark.read.format("cdclake-files").option("path", path).option("decode", "canal-json")
+         .option("decodeOptions", json.dumps({"flavour": "nope"})).load())

@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from cdclake import formats
 from cdclake.sources import files
 from cdclake.sources import kafka as K
 from cdclake.spark import changelog as CL
@@ -54,7 +55,11 @@ DECODING_OPTIONS = ("decode", "decodeOptions", "reduce")
 
 
 def _schema(options: Any, records: str) -> StructType | str:
-    return CL.CHANGELOG_SCHEMA if Decoding.of(options) else records
+    decoding = Decoding.of(options)
+    if decoding is None:
+        return records
+    formats.create(decoding.format, decoding.options)  # a bad format or option fails at load(), not in a task
+    return CL.CHANGELOG_SCHEMA
 
 
 def _inputs(options: Any) -> list[dict[str, Any]] | None:
@@ -343,6 +348,10 @@ class _KafkaStreamReader(DataSourceStreamReader):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+# The data sources that take the option ``decode``.
+DECODING_SOURCES = (FilesDataSource.name(), KafkaDataSource.name())
 
 
 def register(spark: SparkSession) -> None:
