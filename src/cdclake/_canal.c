@@ -24,7 +24,7 @@ enum { K_TEXT, K_INT, K_FLOAT, K_DECIMAL, K_BINARY, K_ENUM_NUMBER, K_ENUM_LABEL,
 enum { OP_INSERT, OP_UPDATE, OP_DELETE, OP_READ };
 
 enum { HANDLED = 0, LEFT = 1, FAILED = -1 }; /* LEFT: the Python decoder takes the record */
-enum { ESCAPED = 1, HIGH = 2 };             /* what a scanned string holds */
+enum { ESCAPED = 1, HIGH = 2, UTF8_OK = 4 }; /* what a scanned string holds; UTF8_OK: HIGH, and checked */
 #define MAX_DEPTH 64
 
 typedef struct {
@@ -295,26 +295,68 @@ static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
 }
 
 /* Skips one JSON value, checking it as msgspec would (strings must be valid UTF-8); NULL if it is not. */
-static const char *skip_value(const char *p, const char *e, int depth) {
+/* The strings of a message's data (or old) rows as skip_value found them, in order, so that reading the rows
+ * takes each string from here instead of scanning and checking it a second time. */
+typedef struct {
+    const char *at; /* the opening quote */
     const char *s;
+    Py_ssize_t n;
+    int flags;
+} Token;
+
+typedef struct {
+    Token *tokens;
+    Py_ssize_t n, cap, next;
+} Tape;
+
+static void tape_add(Tape *t, const char *at, const char *s, Py_ssize_t n, int flags) {
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? t->cap * 2 : 64;
+        Token *grown = realloc(t->tokens, (size_t)cap * sizeof(Token));
+        if (!grown) return; /* the rest of the message is scanned again instead */
+        t->tokens = grown;
+        t->cap = cap;
+    }
+    t->tokens[t->n++] = (Token){at, s, n, flags};
+}
+
+/* scan_string, from the tape where it holds the string at p. */
+static const char *scan_taped(Tape *t, const char *p, const char *e, const char **s, Py_ssize_t *n, int *flags) {
+    if (t->next < t->n && t->tokens[t->next].at == p) {
+        const Token *k = &t->tokens[t->next++];
+        *s = k->s;
+        *n = k->n;
+        *flags = k->flags;
+        return k->s + k->n + 1;
+    }
+    return scan_string(p, e, s, n, flags);
+}
+
+/* The end of the JSON value at p (NULL if it is not one); its strings go to tape unless that is NULL. */
+static const char *skip_value(const char *p, const char *e, int depth, Tape *tape) {
+    const char *s, *at = p;
     Py_ssize_t n;
     int flags, integral;
     if (p >= e || depth > MAX_DEPTH) return NULL;
     switch (*p) {
     case '"':
         p = scan_string(p, e, &s, &n, &flags);
-        if (p && (flags & HIGH) && !utf8_valid((const unsigned char *)s, n)) return NULL;
+        if (p && (flags & HIGH)) {
+            if (!utf8_valid((const unsigned char *)s, n)) return NULL;
+            flags |= UTF8_OK;
+        }
+        if (p && tape) tape_add(tape, at, s, n, flags);
         return p;
     case '{':
         p = ws(p + 1, e);
         if (p < e && *p == '}') return p + 1;
         for (;;) {
             if (p >= e || *p != '"') return NULL;
-            p = skip_value(p, e, depth + 1);
+            p = skip_value(p, e, depth + 1, tape);
             if (!p) return NULL;
             p = ws(p, e);
             if (p >= e || *p != ':') return NULL;
-            p = skip_value(ws(p + 1, e), e, depth + 1);
+            p = skip_value(ws(p + 1, e), e, depth + 1, tape);
             if (!p) return NULL;
             p = ws(p, e);
             if (p < e && *p == '}') return p + 1;
@@ -325,7 +367,7 @@ static const char *skip_value(const char *p, const char *e, int depth) {
         p = ws(p + 1, e);
         if (p < e && *p == ']') return p + 1;
         for (;;) {
-            p = skip_value(p, e, depth + 1);
+            p = skip_value(p, e, depth + 1, tape);
             if (!p) return NULL;
             p = ws(p, e);
             if (p < e && *p == ']') return p + 1;
@@ -594,7 +636,7 @@ static int put_utc_timestamp(Buf *b, const char *s, Py_ssize_t n) {
 /* One value's canonical JSON (s: the JSON string's raw content, or NULL for null): HANDLED, LEFT or FAILED. */
 static int put_value(Buf *b, Buf *scratch, int kind, PyObject *labels, const char *s, Py_ssize_t n, int flags) {
     if (!s) return put(b, "null", 4) ? FAILED : HANDLED;
-    if ((flags & HIGH) && !utf8_valid((const unsigned char *)s, n)) return LEFT;
+    if ((flags & HIGH) && !(flags & UTF8_OK) && !utf8_valid((const unsigned char *)s, n)) return LEFT;
     const char *raw = s;
     Py_ssize_t raw_n = n;
     if (kind == K_TEXT && (flags & ESCAPED) && escapes_as_written(s, n)) flags &= ~ESCAPED;
@@ -741,7 +783,8 @@ typedef struct {
 } Slot;
 
 /* One row object into its slots, each present value rendered into out. */
-static int read_row(const Layout *l, const char **pp, const char *e, Slot *slots, Buf *out, Buf *scratch) {
+static int read_row(const Layout *l, const char **pp, const char *e, Tape *tape, Slot *slots, Buf *out,
+                    Buf *scratch) {
     const char *p = *pp;
     if (p >= e || *p != '{') return LEFT;
     for (Py_ssize_t i = 0; i < l->ncols; i++) slots[i].present = 0;
@@ -757,7 +800,7 @@ static int read_row(const Layout *l, const char **pp, const char *e, Slot *slots
         Py_ssize_t name_n;
         int flags;
         if (p >= e || *p != '"') return LEFT;
-        p = scan_string(p, e, &name, &name_n, &flags);
+        p = scan_taped(tape, p, e, &name, &name_n, &flags);
         if (!p || (flags & ESCAPED)) return LEFT;
         Py_ssize_t col = -1;
         for (Py_ssize_t k = 0; k < l->ncols; k++) { /* rows list their columns in the layout's order, as a rule */
@@ -778,7 +821,7 @@ static int read_row(const Layout *l, const char **pp, const char *e, Slot *slots
             slot->s = NULL;
             p += 4;
         } else if (p < e && *p == '"') {
-            p = scan_string(p, e, &slot->s, &slot->n, &slot->flags);
+            p = scan_taped(tape, p, e, &slot->s, &slot->n, &slot->flags);
             if (!p) return LEFT;
         } else {
             return LEFT;
@@ -884,6 +927,7 @@ typedef struct {
     Py_ssize_t slots_cap;
     Buf data_row, old_row, scratch;
     Buf seen_types, seen_pk, seen_codes; /* the last mysqlType, pkNames and sqlType checked */
+    Tape data_tape, old_tape;            /* this message's */
 } Ctx;
 
 /* skip_value for a member that repeats from message to message (a table's mysqlType, pkNames, sqlType): the
@@ -891,7 +935,7 @@ typedef struct {
  * value, since an object or array ends itself. */
 static const char *skip_repeated(Buf *seen, const char *p, const char *e) {
     if (seen->n && e - p >= seen->n && !memcmp(p, seen->p, (size_t)seen->n)) return p + seen->n;
-    const char *end = skip_value(p, e, 0);
+    const char *end = skip_value(p, e, 0, NULL);
     seen->n = 0;
     if (end && (*p == '{' || *p == '[') && put(seen, p, end - p)) {
         PyErr_Clear(); /* out of memory for the copy: the next message is scanned instead */
@@ -981,6 +1025,7 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
     int database_flags = 0, table_flags = 0;
     int64_t es = 0, commit_ts = 0;
     int has_es = 0, has_commit = 0, seen = 0;
+    x->data_tape.n = x->data_tape.next = x->old_tape.n = x->old_tape.next = 0;
     p = ws(p, e);
     if (p >= e || *p != '{') return LEFT;
     p = ws(p + 1, e);
@@ -1000,7 +1045,7 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
             bit = IS("data") ? 1 : IS("old") ? 2 : IS("mysqlType") ? 4 : 8;
             const char *start = p;
             p = bit == 4 ? skip_repeated(&x->seen_types, p, e) : bit == 8 ? skip_repeated(&x->seen_pk, p, e)
-                                                                        : skip_value(p, e, 0);
+                                                                        : skip_value(p, e, 0, bit == 1 ? &x->data_tape : &x->old_tape);
             if (!p) return LEFT;
             if (bit == 1) data = start;
             if (bit == 2) old = start;
@@ -1057,7 +1102,7 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
             }
         } else {
             bit = IS("sqlType") ? 4096 : 0; /* sqlType matters only for layouts the Python side keeps */
-            p = bit ? skip_repeated(&x->seen_codes, p, e) : skip_value(p, e, 0);
+            p = bit ? skip_repeated(&x->seen_codes, p, e) : skip_value(p, e, 0, NULL);
             if (!p) return LEFT;
         }
 #undef IS
@@ -1115,11 +1160,11 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
         with_old = 1;
     }
     for (int32_t row = 0;; row++) {
-        rc = read_row(l, &d, e, x->data_slots, &x->data_row, &x->scratch);
+        rc = read_row(l, &d, e, &x->data_tape, x->data_slots, &x->data_row, &x->scratch);
         if (rc != HANDLED) return rc;
         if (with_old) {
             if (*q == ']') return LEFT; /* fewer old rows than data rows */
-            rc = read_row(l, &q, e, x->old_slots, &x->old_row, &x->scratch);
+            rc = read_row(l, &q, e, &x->old_tape, x->old_slots, &x->old_row, &x->scratch);
             if (rc != HANDLED) return rc;
         }
         for (Py_ssize_t k = 0; k < l->nkeys; k++)
@@ -1256,6 +1301,8 @@ done:
     free(x.seen_types.p);
     free(x.seen_pk.p);
     free(x.seen_codes.p);
+    free(x.data_tape.tokens);
+    free(x.old_tape.tokens);
     Py_XDECREF(x.last_key);
     return result;
 }
