@@ -294,7 +294,6 @@ static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
     return 1;
 }
 
-/* Skips one JSON value, checking it as msgspec would (strings must be valid UTF-8); NULL if it is not. */
 /* The strings of a message's data (or old) rows as skip_value found them, in order, so that reading the rows
  * takes each string from here instead of scanning and checking it a second time. */
 typedef struct {
@@ -332,7 +331,8 @@ static const char *scan_taped(Tape *t, const char *p, const char *e, const char 
     return scan_string(p, e, s, n, flags);
 }
 
-/* The end of the JSON value at p (NULL if it is not one); its strings go to tape unless that is NULL. */
+/* Skips one JSON value, checking it as msgspec would (strings must be valid UTF-8); NULL if it is not. Its
+ * strings go to tape unless that is NULL. */
 static const char *skip_value(const char *p, const char *e, int depth, Tape *tape) {
     const char *s, *at = p;
     Py_ssize_t n;
