@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
@@ -65,13 +66,21 @@ def _handover(batches):
         yield pa.RecordBatch.from_arrays([batch.column("offset")], names=["offset"])
 
 
-def compare_decoders(spark, records_dir: Path) -> tuple[float, float, float, float, float, int]:
-    """Seconds of Spark's decoding, of cdclake's, of handing the records to Python and back without decoding, of
-    cdclake's file source reading and decoding the files, and of Spark reading and decoding them (best of 3
-    each), and the number of messages."""
+class DecoderTimes(NamedTuple):
+    """Seconds of each way to decode the same messages (best of 3 each), and how many there are."""
+
+    native: float  # Spark's from_json + explode, from cached records
+    ours: float  # cdclake's mapInArrow decoder, from the same cached records
+    handover: float  # the same records handed to Python and back, not decoded
+    reading: float  # cdclake's file source reading and decoding the files
+    spark_reading: float  # Spark reading the same files itself, then decoding as in native
+    messages: int
+
+
+def compare_decoders(spark, records_dir: Path) -> DecoderTimes:
     from pyspark.sql import functions as F
 
-    # Both decoders start from the same records, cached in Spark beforehand: reading the files is not compared.
+    # The first three start from the same records, cached in Spark beforehand; the last two read the files.
     records = spark.read.format("cdclake-files").option("path", str(records_dir)).load().cache()
     n = records.count()
     schema = ("struct<database:string,table:string,type:string,isDdl:boolean,es:long,ts:long,"
@@ -90,15 +99,16 @@ def compare_decoders(spark, records_dir: Path) -> tuple[float, float, float, flo
     handover = CL.decoder_input(records).mapInArrow(_handover, "offset long")
     reading = (spark.read.format("cdclake-files").option("path", str(records_dir))
                .option("minPartitions", str(os.cpu_count() or 1)).option("decode", "canal-json").load())
-    best = [float("inf")] * 5
+    variants = (spark_native, ours, handover, reading, spark_reading)
+    best = [float("inf")] * len(variants)
     for round_ in range(4):  # the first warms up; then best of 3 each, alternating: one run varies by a tenth
-        for i, df in enumerate((spark_native, ours, handover, reading, spark_reading)):
+        for i, df in enumerate(variants):
             started = time.perf_counter()
             _force(df)
             if round_:
                 best[i] = min(best[i], time.perf_counter() - started)
     records.unpersist()
-    return best[0], best[1], best[2], best[3], best[4], n
+    return DecoderTimes(*best, messages=n)
 
 
 READ = "reading captured lines (JSON, base64) into Arrow"

@@ -312,7 +312,7 @@ static void tape_add(Tape *t, const char *at, const char *s, Py_ssize_t n, int f
     if (t->n == t->cap) {
         Py_ssize_t cap = t->cap ? t->cap * 2 : 64;
         Token *grown = realloc(t->tokens, (size_t)cap * sizeof(Token));
-        if (!grown) return; /* the rest of the message is scanned again instead */
+        if (!grown) return; /* the reader scans this string itself, and finds the tape again at the next */
         t->tokens = grown;
         t->cap = cap;
     }
@@ -1044,8 +1044,12 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
         if (IS("data") || IS("old") || IS("mysqlType") || IS("pkNames")) {
             bit = IS("data") ? 1 : IS("old") ? 2 : IS("mysqlType") ? 4 : 8;
             const char *start = p;
-            p = bit == 4 ? skip_repeated(&x->seen_types, p, e) : bit == 8 ? skip_repeated(&x->seen_pk, p, e)
-                                                                        : skip_value(p, e, 0, bit == 1 ? &x->data_tape : &x->old_tape);
+            if (bit == 4)
+                p = skip_repeated(&x->seen_types, p, e);
+            else if (bit == 8)
+                p = skip_repeated(&x->seen_pk, p, e);
+            else
+                p = skip_value(p, e, 0, bit == 1 ? &x->data_tape : &x->old_tape);
             if (!p) return LEFT;
             if (bit == 1) data = start;
             if (bit == 2) old = start;
