@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pyspark
+import pytest
 
-from cdclake.spark.session import worker_python
+from cdclake.spark.session import _written, worker_python
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 SHOW = "import os, sys, pyspark; print(os.environ.get('PYTHONPATH')); print(sys.executable); print(pyspark.__file__)"
@@ -40,3 +43,23 @@ def test_the_launcher_leaves_no_empty_pythonpath_and_passes_arguments_through():
     done = subprocess.run([worker_python(), "-c", "import sys; print(sys.argv[1:])", "a b", "$HOME", "*"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == repr(["a b", "$HOME", "*"])
+
+
+def test_the_launcher_is_one_file_per_content_in_a_directory_only_this_user_can_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = _written("#!/bin/sh\nexit 0\n")
+    assert path.parent == tmp_path / f"cdclake-{os.getuid()}"
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert _written("#!/bin/sh\nexit 0\n") == path
+    path.write_text("#!/bin/sh\nexit 3\n")  # changed behind cdclake's back: written again
+    assert _written("#!/bin/sh\nexit 0\n") == path and path.read_text() == "#!/bin/sh\nexit 0\n"
+    assert _written("#!/bin/sh\nexit 1\n") != path
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted({path.name, _written("#!/bin/sh\nexit 1\n").name})
+
+
+def test_a_directory_others_can_write_to_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / f"cdclake-{os.getuid()}").mkdir(mode=0o777)
+    os.chmod(tmp_path / f"cdclake-{os.getuid()}", 0o777)
+    with pytest.raises(PermissionError, match="private"):
+        _written("#!/bin/sh\nexit 0\n")

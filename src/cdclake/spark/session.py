@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
 import functools
+import hashlib
 import logging
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -71,15 +72,30 @@ def worker_python() -> str:
         return sys.executable
     zips = f"{shlex.quote(str(lib / 'pyspark.zip'))}|{shlex.quote(str(lib / 'py4j-'))}*{shlex.quote('-src.zip')}"
     text = _LAUNCHER.format(python=shlex.quote(sys.executable), lib=lib, zips=zips)
-    handle, path = tempfile.mkstemp(prefix="cdclake-python-", suffix=".sh")
-    with os.fdopen(handle, "w") as launcher:
-        launcher.write(text)
-    os.chmod(path, 0o700)
-    atexit.register(Path(path).unlink, missing_ok=True)
-    try:  # a temporary directory mounted noexec, say: then Spark runs the interpreter itself
+    try:
+        path = _written(text)
+        # A temporary directory mounted noexec, say: then Spark runs the interpreter itself.
         subprocess.run([path, "-c", ""], check=True, timeout=60, capture_output=True)
     except (OSError, subprocess.SubprocessError):
         return sys.executable
+    return str(path)
+
+
+def _written(text: str) -> Path:
+    """The launcher in a directory of the temporary one that only this user can write to, named by its content:
+    every session of this interpreter uses the same file, and a killed one leaves nothing behind."""
+    home = Path(tempfile.gettempdir()) / f"cdclake-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    status = home.lstat()
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o077:
+        raise PermissionError(f"{home} is not this user's private directory")
+    path = home / f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}.sh"
+    if not path.is_file() or path.read_text() != text:
+        handle, temporary = tempfile.mkstemp(dir=home)
+        with os.fdopen(handle, "w") as launcher:
+            launcher.write(text)
+        os.chmod(temporary, 0o700)
+        os.replace(temporary, path)
     return path
 
 
