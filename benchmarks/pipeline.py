@@ -26,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -111,6 +113,16 @@ def compare_decoders(spark, records_dir: Path) -> DecoderTimes:
     return DecoderTimes(*best, messages=n)
 
 
+def cpu_best_of_3(step: Callable[[], object]) -> float:
+    """The least CPU seconds of three runs of ``step`` in this process."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        step()
+        best = min(best, time.process_time() - started)
+    return best
+
+
 READ = "reading captured lines (JSON, base64) into Arrow"
 CHANGELOG = "decoding + changelog, reduced per key (the compiled path, as the executors run it)"
 PYTHON_CHANGELOG = "for comparison, the same with the Python decoder: Arrow records into Python records, decoding"
@@ -121,21 +133,16 @@ def python_costs(records_dir: Path, lines: int = 100_000) -> dict[str, float]:
     floor under the pipeline's speed whatever Spark does around it."""
     from cdclake.sources import files
 
-    def best_of_3(step) -> float:
-        best = float("inf")
-        for _ in range(3):
-            started = time.process_time()
-            step()
-            best = min(best, time.process_time() - started)
-        return best / lines * 1e6
+    def per_record(step) -> float:
+        return cpu_best_of_3(step) / lines * 1e6
 
     name = files.list_files(str(records_dir))[0]
     fmt = formats.create("canal-json")
     batches = list(files.read_segment(name, 0, lines))
     return {
-        READ: best_of_3(lambda: list(files.read_segment(name, 0, lines))),
-        CHANGELOG: best_of_3(lambda: list(CL.decode_arrow_task(fmt, batches, reduce=True))),
-        PYTHON_CHANGELOG: best_of_3(lambda: list(CL.decode_task(fmt, [CL.records_from_arrow(b) for b in batches],
+        READ: per_record(lambda: list(files.read_segment(name, 0, lines))),
+        CHANGELOG: per_record(lambda: list(CL.decode_arrow_task(fmt, batches, reduce=True))),
+        PYTHON_CHANGELOG: per_record(lambda: list(CL.decode_task(fmt, [CL.records_from_arrow(b) for b in batches],
                                                                 reduce=True))),
     }
 
@@ -199,6 +206,19 @@ class PeakMemory(threading.Thread):
             for kind, mb in {**sizes, "total": sum(sizes.values())}.items():
                 self.peaks[kind] = max(self.peaks[kind], mb)
             time.sleep(0.2)
+
+
+def host_reference() -> tuple[float, float]:
+    """CPU seconds of two fixed workloads, best of 3: Python's interpreter (a loop of 10,000,000 additions) and
+    compiled code (CRC-32 over 256 MiB). A shared host's speed changes from day to day, even within minutes (the
+    loop took 0.39 to 0.97 s on 2026-11-26): these say how fast this one was around a run."""
+    def interpreter() -> None:
+        total = 0
+        for i in range(10_000_000):
+            total += i
+
+    block = bytes(range(256)) * 4096
+    return cpu_best_of_3(interpreter), cpu_best_of_3(lambda: [zlib.crc32(block) for _ in range(256)])
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -275,6 +295,7 @@ def main() -> None:
         started = time.perf_counter()
         generated = _data(work / "data", args.events, args.keys)
         simulate_s = time.perf_counter() - started
+        host_before = host_reference()
         keys = sum(len(rows) for rows in generated.expected.values())
         memory = PeakMemory()
         memory.start()
@@ -297,6 +318,7 @@ def main() -> None:
                                                                generated, BOUNDED_BATCH)
         memory.running = False
         spark.stop()
+        host_after = host_reference()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     events = summary.total("events")
@@ -308,6 +330,10 @@ def main() -> None:
     lines = [
         f"## Pipeline ({dt.date.today()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"`benchmarks/pipeline.py --events {args.events}`)",
+        "",
+        "This host's speed before and after the measurements below (CPU s, best of 3; lower is faster): Python's "
+        f"interpreter, 10,000,000 additions {host_before[0]:.2f} and {host_after[0]:.2f}; CRC-32 over 256 MiB "
+        f"{host_before[1]:.2f} and {host_after[1]:.2f}.",
         "",
         f"Simulated {events:,} Canal-JSON (TiCDC) change events, live keys at the end: {keys:,} "
         f"(simulation {simulate_s:.0f} s, not counted).",
