@@ -45,21 +45,36 @@ def test_the_launcher_leaves_no_empty_pythonpath_and_passes_arguments_through():
     assert done.stdout.strip() == repr(["a b", "$HOME", "*"])
 
 
-def test_the_launcher_is_one_file_per_content_in_a_directory_only_this_user_can_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    path = _written("#!/bin/sh\nexit 0\n")
+def test_the_launcher_is_one_file_per_content_in_a_directory_only_this_user_can_write(tmp_path):
+    succeed, fail = "#!/bin/sh\nexit 0\n", "#!/bin/sh\nexit 1\n"
+    path = _written(tmp_path, succeed)
     assert path.parent == tmp_path / f"cdclake-{os.getuid()}"
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o700
-    assert _written("#!/bin/sh\nexit 0\n") == path
-    path.write_text("#!/bin/sh\nexit 3\n")  # changed behind cdclake's back: written again
-    assert _written("#!/bin/sh\nexit 0\n") == path and path.read_text() == "#!/bin/sh\nexit 0\n"
-    assert _written("#!/bin/sh\nexit 1\n") != path
-    assert sorted(p.name for p in path.parent.iterdir()) == sorted({path.name, _written("#!/bin/sh\nexit 1\n").name})
+    assert _written(tmp_path, succeed) == path
+    path.write_text(fail)  # changed behind cdclake's back: written again
+    assert _written(tmp_path, succeed) == path and path.read_text() == succeed
+    other = _written(tmp_path, fail)
+    assert other != path and sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, other.name])
 
 
-def test_a_directory_others_can_write_to_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_a_directory_others_can_write_to_is_refused(tmp_path):
     (tmp_path / f"cdclake-{os.getuid()}").mkdir(mode=0o777)
     os.chmod(tmp_path / f"cdclake-{os.getuid()}", 0o777)
     with pytest.raises(PermissionError, match="private"):
-        _written("#!/bin/sh\nexit 0\n")
+        _written(tmp_path, "#!/bin/sh\nexit 0\n")
+
+
+def test_where_the_cache_cannot_hold_the_launcher_the_temporary_directory_does_else_spark_runs_python(
+        tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no directory can be made under a file
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    worker_python.cache_clear()
+    try:
+        assert Path(worker_python()).parent == tmp_path / "tmp" / f"cdclake-{os.getuid()}"
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file"))
+        worker_python.cache_clear()
+        assert worker_python() == sys.executable
+    finally:
+        worker_python.cache_clear()

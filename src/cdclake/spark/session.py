@@ -72,20 +72,24 @@ def worker_python() -> str:
         return sys.executable
     zips = f"{shlex.quote(str(lib / 'pyspark.zip'))}|{shlex.quote(str(lib / 'py4j-'))}*{shlex.quote('-src.zip')}"
     text = _LAUNCHER.format(python=shlex.quote(sys.executable), lib=lib, zips=zips)
-    try:
-        path = _written(text)
-        # A temporary directory mounted noexec, say: then Spark runs the interpreter itself.
-        subprocess.run([path, "-c", ""], check=True, timeout=60, capture_output=True)
-    except (OSError, subprocess.SubprocessError):
-        return sys.executable
-    return str(path)
+    # The user's cache first: a cleaner of the temporary directory could remove a launcher in use for weeks.
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for base in (cache, tempfile.gettempdir()):
+        try:
+            path = _written(Path(base), text)
+            # A directory mounted noexec, say: then the next place, or the interpreter itself.
+            subprocess.run([path, "-c", ""], check=True, timeout=60, capture_output=True)
+            return str(path)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return sys.executable
 
 
-def _written(text: str) -> Path:
-    """The launcher in a directory of the temporary one that only this user can write to, named by its content:
-    every session of this interpreter uses the same file, and a killed one leaves nothing behind."""
-    home = Path(tempfile.gettempdir()) / f"cdclake-{os.getuid()}"
-    home.mkdir(mode=0o700, exist_ok=True)
+def _written(base: Path, text: str) -> Path:
+    """The launcher in a directory of ``base`` that only this user can write to, named by its content: every
+    session of this interpreter uses the same file, and a killed one leaves nothing behind."""
+    home = base / f"cdclake-{os.getuid()}"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     status = home.lstat()
     if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o077:
         raise PermissionError(f"{home} is not this user's private directory")
