@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import subprocess
@@ -65,7 +66,7 @@ def test_a_directory_others_can_write_to_is_refused(tmp_path):
 
 
 def test_where_the_cache_cannot_hold_the_launcher_the_temporary_directory_does_else_spark_runs_python(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, caplog):
     (tmp_path / "file").write_text("")
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no directory can be made under a file
@@ -75,6 +76,8 @@ def test_where_the_cache_cannot_hold_the_launcher_the_temporary_directory_does_e
         assert Path(worker_python()).parent == tmp_path / "tmp" / f"cdclake-{os.getuid()}"
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file"))
         worker_python.cache_clear()
-        assert worker_python() == sys.executable
+        with caplog.at_level(logging.INFO, logger="cdclake.spark.session"):
+            assert worker_python() == sys.executable
+        assert "no launcher could be written and run" in caplog.text and str(tmp_path / "file") in caplog.text
     finally:
         worker_python.cache_clear()

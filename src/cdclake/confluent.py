@@ -24,13 +24,13 @@ import io
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import fastavro
 
+from cdclake.atomic import write_atomic
 from cdclake.formats.base import DecodeError
 
 MAGIC = 0
@@ -233,25 +233,13 @@ class DirectoryRegistry(_CachingRegistry):
             schema_id = next((i for i in sorted(ids) if canonical_text(self._fetch(i) or "null") == text), None)
             if schema_id is None:
                 schema_id = max(ids, default=0) + 1
-                _write_atomic(self.path / f"{schema_id}.avsc", text)
+                write_atomic(self.path / f"{schema_id}.avsc", text)
             subjects = self.subjects()
             versions = subjects.setdefault(subject, [])
             if schema_id not in versions:
                 versions.append(schema_id)
-                _write_atomic(self.path / self.INDEX, json.dumps(subjects, indent=1, sort_keys=True))
+                write_atomic(self.path / self.INDEX, json.dumps(subjects, indent=1, sort_keys=True))
         return schema_id
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class HttpRegistry(_CachingRegistry):

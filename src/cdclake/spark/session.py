@@ -18,6 +18,10 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
+from cdclake.atomic import write_atomic
+
+logger = logging.getLogger(__name__)
+
 LOCAL_DEFAULTS: dict[str, str] = {
     # Decoded values are UTC text; Spark must not shift them into the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -74,14 +78,17 @@ def worker_python() -> str:
     text = _LAUNCHER.format(python=shlex.quote(sys.executable), lib=lib, zips=zips)
     # The user's cache first: a cleaner of the temporary directory could remove a launcher in use for weeks.
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    failures = []
     for base in (cache, tempfile.gettempdir()):
         try:
             path = _written(Path(base), text)
             # A directory mounted noexec, say: then the next place, or the interpreter itself.
             subprocess.run([path, "-c", ""], check=True, timeout=60, capture_output=True)
             return str(path)
-        except (OSError, subprocess.SubprocessError):
-            continue
+        except (OSError, subprocess.SubprocessError) as exc:
+            failures.append(f"{base}: {exc}")
+    logger.info("Spark starts its Python processes with %s itself, so they compile pyspark from its zip (slower "
+                "to start): no launcher could be written and run (%s)", sys.executable, "; ".join(failures))
     return sys.executable
 
 
@@ -95,11 +102,7 @@ def _written(base: Path, text: str) -> Path:
         raise PermissionError(f"{home} is not this user's private directory")
     path = home / f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}.sh"
     if not path.is_file() or path.read_text() != text:
-        handle, temporary = tempfile.mkstemp(dir=home)
-        with os.fdopen(handle, "w") as launcher:
-            launcher.write(text)
-        os.chmod(temporary, 0o700)
-        os.replace(temporary, path)
+        write_atomic(path, text, mode=0o700)
     return path
 
 
@@ -108,7 +111,7 @@ def get_session(master: str | None = None, remote: str | None = None,
     """A Spark session. ``remote`` (``sc://host:port``) attaches to Spark Connect; ``master``
     (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``."""
     local = not remote or remote.startswith("local")  # remote "local[2]": a Connect server started here
-    on_this_machine = local and (remote or master or "local").startswith("local")
+    on_this_machine = (remote or master or "local").startswith("local")
     # Workers must run this interpreter, or they cannot import cdclake's dependencies.
     python = worker_python() if on_this_machine else sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", python)
