@@ -1,4 +1,5 @@
-"""The local session's Python processes import the installed pyspark (see ``session.worker_python``)."""
+"""The local session: its Python processes import the installed pyspark (see ``session.worker_python``), and
+its batches to Python are bounded by records alone."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def test_the_local_sessions_python_workers_run_through_the_launcher_and_import_t
 
     assert {row.file for row in spark.range(4).mapInArrow(imported, "file string").collect()} == {pyspark.__file__}
     assert spark.conf.get("spark.pyspark.python") == worker_python()
+
+
+def test_the_local_session_hands_python_batches_bounded_by_records_not_bytes(spark):
+    def sizes(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"rows": [batch.num_rows]})
+
+    # 4,000 values of 20 KB: 80 MB, over Spark's default of 64 MiB per batch, under 20,000 records.
+    values = spark.range(0, 4_000, 1, 1).selectExpr("repeat('x', 20000) AS value")
+    assert [row.rows for row in values.mapInArrow(sizes, "rows long").collect()] == [4_000]

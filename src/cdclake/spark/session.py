@@ -31,6 +31,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    # Batches to Python bounded by their records alone, as cdclake's own sources bound theirs. Below 2^31 - 1 Spark
+    # measures the batch after every row it adds, and for the struct that mapInArrow wraps a row in that took a
+    # third of the JVM's work of handing records to Python (profiled; 1,000,000 records: 3.1 → 2.2 s of CPU).
+    "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
     "spark.python.worker.reuse": "true",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
