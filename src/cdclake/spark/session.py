@@ -110,24 +110,38 @@ def _written(base: Path, text: str) -> Path:
     return path
 
 
+# What every session needs, on a cluster too: cdclake's values are UTC text, and batches to Python stay bounded.
+PER_SESSION = ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def _on_this_machine(master: str | None, remote: str | None) -> bool:
+    return (remote or master or "local").startswith("local")  # remote "local[2]": a Connect server started here
+
+
+def session_settings(master: str | None, remote: str | None, python: str) -> dict[str, str]:
+    """The settings a new session is built with. A session that runs on this machine gets the tuning for it
+    (``LOCAL_DEFAULTS``); a cluster's session only what cdclake needs (``PER_SESSION``), since four shuffle
+    partitions or this machine's memory would hold a cluster back. A Connect server elsewhere gets those once
+    the session exists (see :func:`get_session`)."""
+    if _on_this_machine(master, remote):
+        return {**LOCAL_DEFAULTS, "spark.pyspark.python": python}
+    if remote:
+        return {}
+    return {**{key: LOCAL_DEFAULTS[key] for key in PER_SESSION}, "spark.pyspark.python": python}
+
+
 def get_session(master: str | None = None, remote: str | None = None,
                 conf: Mapping[str, str] | None = None, app_name: str = "cdclake") -> SparkSession:
     """A Spark session. ``remote`` (``sc://host:port``) attaches to Spark Connect; ``master``
     (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``."""
-    local = not remote or remote.startswith("local")  # remote "local[2]": a Connect server started here
-    on_this_machine = (remote or master or "local").startswith("local")
     # Workers must run this interpreter, or they cannot import cdclake's dependencies.
-    python = worker_python() if on_this_machine else sys.executable
+    python = worker_python() if _on_this_machine(master, remote) else sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
-    if local:
-        for key, value in LOCAL_DEFAULTS.items():
-            builder = builder.config(key, value)
-        builder = builder.config("spark.pyspark.python", python)
-    for key, value in (conf or {}).items():
+    for key, value in {**session_settings(master, remote, python), **(conf or {})}.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():
         # A Connect server started here takes the static settings at start, then warns that the session
@@ -135,8 +149,8 @@ def get_session(master: str | None = None, remote: str | None = None,
         warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
         session = builder.getOrCreate()
     if remote:
-        # A remote server has its own defaults; these two are per session and matter for correctness or speed.
-        for key in ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch"):
+        # A remote server has its own defaults; these are per session and matter for correctness or speed.
+        for key in PER_SESSION:
             if key not in (conf or {}):
                 session.conf.set(key, LOCAL_DEFAULTS[key])
     else:

@@ -1,0 +1,26 @@
+"""Which settings a new session is built with: this machine's tuning only for a session that runs here."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdclake.spark.session import LOCAL_DEFAULTS, PER_SESSION, session_settings
+
+
+@pytest.mark.parametrize(("master", "remote"), [(None, None), ("local[2]", None), (None, "local[2]")])
+def test_a_session_on_this_machine_gets_its_tuning(master, remote):
+    settings = session_settings(master, remote, "/opt/python")
+    assert settings == {**LOCAL_DEFAULTS, "spark.pyspark.python": "/opt/python"}
+    assert settings["spark.sql.shuffle.partitions"] == "4"
+
+
+@pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://https://host:6443"])
+def test_a_cluster_session_keeps_the_clusters_own_settings_but_runs_in_utc(master):
+    settings = session_settings(master, None, "/opt/python")
+    assert settings == {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+                        "spark.pyspark.python": "/opt/python"}
+    assert set(PER_SESSION) <= settings.keys()
+
+
+def test_a_connect_server_elsewhere_is_configured_once_the_session_exists():
+    assert session_settings(None, "sc://host:15002", "/opt/python") == {}
