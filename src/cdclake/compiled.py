@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import struct
 
 import pyarrow as pa
 
@@ -32,3 +33,20 @@ def variable_array(kind: pa.DataType, buffers: tuple[bytes | None, bytes, bytes,
     valid, offsets, data, nulls = buffers
     return pa.Array.from_buffers(kind, len(offsets) // 4 - 1, [
         pa.py_buffer(valid) if valid else None, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def powers_of_five(lowest: int, highest: int) -> bytes:
+    """``_canal``'s table for reading doubles: for each q, floor(5^q * 2^shift) with the shift that puts it in
+    [2^127, 2^128), as (high word, low word, shift, 0) in this machine's layout. Made here from exact integers
+    at import, so that the C source holds no table of constants to trust."""
+    rows = []
+    for q in range(lowest, highest + 1):
+        if q >= 0:
+            shift = 128 - (5**q).bit_length()
+            scaled = 5**q << shift if shift >= 0 else 5**q >> -shift
+        else:
+            # 2^shift / 5^-q lies in (2^127, 2^128): 5^-q is no power of two.
+            shift = 127 + (5**-q).bit_length()
+            scaled = (1 << shift) // 5**-q
+        rows.append(struct.pack("=QQii", scaled >> 64, scaled & (2**64 - 1), shift, 0))
+    return b"".join(rows)

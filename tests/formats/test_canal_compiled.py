@@ -5,7 +5,10 @@ path decoded a record or left it to Python; and it does decode the usual message
 from __future__ import annotations
 
 import json
+import math
+import struct
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from cdclake import (
     _canal,  # noqa: F401  CI builds the extension: a missing one fails here instead of skipping
+    compiled,
     formats,
     workload,
 )
@@ -255,6 +259,70 @@ def test_floats_in_plain_notation_are_written_as_msgspec_writes_them(texts, floa
     assert_same_changelog(records)
     if not any(float(text) == 0 for text in texts):  # a zero's sign is the Python path's to decide
         assert compiled_share(records) == 1
+
+
+def _compiled_doubles(texts: list[str]) -> list[float]:
+    """The doubles the compiled path writes for texts in a DOUBLE column, all in one message's rows; every
+    message must be its own to decode."""
+    value = json.dumps({"type": "INSERT", "isDdl": False, "database": "d", "table": "t", "es": 1, "pkNames": ["id"],
+                        "mysqlType": {"id": "bigint", "f": "double"},
+                        "data": [{"id": str(i), "f": text} for i, text in enumerate(texts)]}).encode()
+    batch = records_to_arrow([Record(value=value, offset=0)])
+    decoded = formats.create("canal-json").decode_arrow(batch.column("value"), batch.column("offset"))
+    assert decoded is not None and not len(decoded.left)
+    return [json.loads(after)["f"] for after in decoded.columns["after"].to_pylist()]
+
+
+def _bits(value: float) -> bytes:
+    return struct.pack("<d", value)
+
+
+def _near_midpoint(d: float, digits: int) -> str:
+    """The point halfway between d and the next double up, to ``digits`` significant digits: where reading
+    a double is hardest to get right, as the text falls within a few units of a rounding boundary."""
+    midpoint = (Decimal(d) + Decimal(math.nextafter(d, math.inf))) / 2
+    return format(midpoint, f".{digits - 1}e")
+
+
+_DOUBLES = st.floats(allow_nan=False, allow_infinity=False).filter(lambda d: d != 0 and math.isfinite(
+    math.nextafter(d, math.inf)))
+# Every way a producer writes a double, and the texts that sit on a rounding boundary: Python's repr, TiCDC's
+# plain notation (hundreds of digits for tiny and huge values), 1 to 25 significant digits, midpoints.
+_DOUBLE_TEXTS = st.one_of(
+    _DOUBLES.map(repr),
+    _DOUBLES.map(lambda d: format(Decimal(repr(d)), "f")),
+    st.builds(lambda d, digits: f"{d:.{digits - 1}e}", _DOUBLES, st.integers(1, 25)),
+    st.builds(_near_midpoint, _DOUBLES, st.integers(15, 21)),
+    st.builds(lambda d, digits: format(Decimal(_near_midpoint(d, digits)), "f"), _DOUBLES, st.integers(15, 21)),
+).filter(lambda text: float(text) != 0 and math.isfinite(float(text)))  # zeros' signs and overflow: Python's
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_DOUBLE_TEXTS, min_size=1, max_size=50))
+def test_the_compiled_path_reads_every_double_as_python_does(texts):
+    assert [_bits(d) for d in _compiled_doubles(texts)] == [_bits(float(t)) for t in texts]
+
+
+def test_doubles_at_the_edges_of_each_way_of_reading_them():
+    texts = [
+        "9007199254740992", "9007199254740993", "9007199254740995", "1e22", "1e23", "123456789e-22", "3e-23",
+        "9999999999999999999", "99999999999999999999", "1.7976931348623157e308", "1.7976931348623158e308",
+        "2.2250738585072014e-308", "2.2250738585072011e-308", "4.9406564584124654e-324", "1e-342", "1e-343",
+        "2.4703282292062328e-324", "0.1", "0.30000000000000004", "100000000000000000000000", "1" + "0" * 300,
+        "0." + "0" * 300 + "123", "1.000000000000000000000000000000001", "-5e-324", "8.98846567431158e307",
+    ]
+    texts += [_near_midpoint(d, digits) for d in (1.0, 0.1, 2.0**-1022, 1e300, 5e-324, 9007199254740992.0)
+              for digits in (17, 18, 19, 20)]
+    assert [_bits(d) for d in _compiled_doubles(texts)] == [_bits(float(t)) for t in texts]
+
+
+def test_the_table_of_powers_of_five_is_each_power_scaled_and_truncated():
+    table = compiled.powers_of_five(-342, 308)
+    for q, (high, low, shift, _) in zip(range(-342, 309), struct.iter_unpack("=QQii", table), strict=True):
+        scaled = high << 64 | low
+        exact = Fraction(5) ** q * Fraction(2) ** shift
+        assert 2**127 <= scaled < 2**128
+        assert scaled <= exact < scaled + 1
 
 
 _TRICKY = 'ab "\\/\n\x01\x1f\x7f\x80é€\U0001f642'
