@@ -3,6 +3,8 @@ batch, or None and the Python path reads the lines, whatever the lines hold."""
 
 from __future__ import annotations
 
+import base64
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -126,6 +128,22 @@ def test_corrupted_lines_are_read_by_c_exactly_or_left_to_python(records, data, 
     at = data.draw(st.integers(0, len(lines) - 1))
     lines[at] = _corrupt(lines[at], how, data)
     _same_or_left_to_python(lines)
+
+
+# Beside the alphabet in ASCII, outside it, padding, the URL-safe alphabet's two, bytes that are not UTF-8.
+_NEAR_ALPHABET = b"+/09AZaz=-_.:@[`{\x00\x7f\x80\xff*, "
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.data())
+def test_long_values_are_read_exactly_and_a_character_outside_the_alphabet_anywhere_is_caught(value, data):
+    line = captured_line(Record(topic="t", offset=1, value=value))
+    assert _same_or_left_to_python([line]) is not None
+    encoded = base64.b64encode(value)
+    if encoded:
+        at = data.draw(st.integers(0, len(encoded) - 1))
+        replaced = encoded[:at] + bytes([data.draw(st.sampled_from(_NEAR_ALPHABET))]) + encoded[at + 1:]
+        _same_or_left_to_python([line.replace(b'"' + encoded + b'"', b'"' + replaced + b'"')])
 
 
 def _batches(path: str, total: int, complete_only: bool) -> list:
