@@ -632,11 +632,12 @@ static int put_plain_float(Buf *b, const char *s, Py_ssize_t n) {
  * cdclake.compiled.powers_of_five, which says how they are made). */
 typedef struct {
     uint64_t hi, lo;
-    int32_t shift, unused;
+    int64_t shift;
 } Power;
 #define POW5_MIN (-342)
 #define POW5_MAX 308
-static Power *pow5;
+static const Power *pow5;
+static PyObject *pow5_table; /* the bytes pow5 points into, held for the module's life */
 
 /* The double nearest a JSON number's text (its syntax checked, at most 511 bytes), as strtod finds it. glibc's
  * strtod takes about 3,300 instructions for the long, tiny doubles TiCDC writes in full, so this tries two exact
@@ -1454,9 +1455,7 @@ PyMODINIT_FUNC PyInit__canal(void) {
         PyErr_SetString(PyExc_ImportError, "cdclake.compiled.powers_of_five: not a table of this build's shape");
         return NULL;
     }
-    pow5 = malloc((size_t)PyBytes_GET_SIZE(table));
-    if (pow5) memcpy(pow5, PyBytes_AS_STRING(table), (size_t)PyBytes_GET_SIZE(table));
-    Py_DECREF(table);
-    if (!pow5) return PyErr_NoMemory();
+    pow5_table = table;
+    pow5 = (const Power *)PyBytes_AS_STRING(table);
     return PyModule_Create(&module);
 }

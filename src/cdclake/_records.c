@@ -7,6 +7,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <tmmintrin.h> /* SSSE3, used only where the CPU has it (init_b64) */
+#define B64_SIMD
+#endif
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the base64 decoder stores little-endian words (setup.py's optional build then leaves Python to read)"
@@ -203,9 +207,7 @@ static int take_text(Cursor *c, Column *col) {
 #define B64_BAD 0x01000000u
 static uint32_t B64[4][256];
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <tmmintrin.h>
-#define B64_SIMD
+#ifdef B64_SIMD
 /* For sixteen characters at a time, by SSSE3's byte shuffle used as a 16-entry table: a character is outside
  * the alphabet when the class bits of its high nibble (B64_HIGH) meet those its low nibble rules out (B64_LOW);
  * its 6 bits are itself plus B64_ROLL's entry for its high nibble ('/' apart, at 1). init_b64 makes the three

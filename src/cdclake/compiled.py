@@ -37,7 +37,7 @@ def variable_array(kind: pa.DataType, buffers: tuple[bytes | None, bytes, bytes,
 
 def powers_of_five(lowest: int, highest: int) -> bytes:
     """``_canal``'s table for reading doubles: for each q, floor(5^q * 2^shift) with the shift that puts it in
-    [2^127, 2^128), as (high word, low word, shift, 0) in this machine's layout. Made here from exact integers
+    [2^127, 2^128), as (high word, low word, shift) in this machine's layout. Made here from exact integers
     at import, so that the C source holds no table of constants to trust."""
     rows = []
     for q in range(lowest, highest + 1):
@@ -48,5 +48,5 @@ def powers_of_five(lowest: int, highest: int) -> bytes:
             # 2^shift / 5^-q lies in (2^127, 2^128): 5^-q is no power of two.
             shift = 127 + (5**-q).bit_length()
             scaled = (1 << shift) // 5**-q
-        rows.append(struct.pack("=QQii", scaled >> 64, scaled & (2**64 - 1), shift, 0))
+        rows.append(struct.pack("=QQq", scaled >> 64, scaled & (2**64 - 1), shift))
     return b"".join(rows)
