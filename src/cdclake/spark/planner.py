@@ -272,9 +272,15 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         ddls[name].append(r["_cdc_seq"])
 
     rows = events.filter(F.col("kind") == "row").withColumn("segment", _segment_expr(ddls))
-    moved = rows.filter((F.col("op") == "u") & F.col("before_key").isNotNull() & (F.col("before_key") != F.col("key")))
-    rows = rows.unionByName(moved.withColumn("key", F.col("before_key")).withColumn("op", F.lit("d"))
-                            .withColumn("after", F.lit(None).cast("string")))
+    # An update that moves a row also deletes its old key: one more row made from the same row (an explode, not a
+    # union, which would scan the cached changelog a second time).
+    moves = F.coalesce((F.col("op") == "u") & (F.col("before_key") != F.col("key")), F.lit(False))
+    old = F.col("_old_key")
+    rows = (rows.withColumn("_old_key", F.explode(F.when(moves, F.array(F.lit(False), F.lit(True)))
+                                                  .otherwise(F.array(F.lit(False)))))
+            .withColumn("key", F.when(old, F.col("before_key")).otherwise(F.col("key")))
+            .withColumn("op", F.when(old, F.lit("d")).otherwise(F.col("op")))
+            .withColumn("after", F.when(old, F.lit(None).cast("string")).otherwise(F.col("after"))))
     # The hash leads the window's sort: Spark sorts by a prefix of the first column, and a batch's changes share
     # their database and table, so with those first nearly every comparison read on into the rows' strings.
     identity = F.xxhash64("database", "table", "segment", "key").alias("_identity")
