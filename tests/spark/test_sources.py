@@ -93,3 +93,19 @@ def test_a_decoding_read_with_an_unknown_format_or_option_fails_when_loaded(spar
     with pytest.raises(Exception, match="flavour"):
         (spark.read.format("cdclake-files").option("path", path).option("decode", "canal-json")
          .option("decodeOptions", json.dumps({"flavour": "nope"})).load())
+
+
+def test_the_pipeline_reads_a_long_file_in_a_task_per_core(spark, tmp_path):
+    """One task per core that runs tasks (the session is local[2]): each task reduces the keys it read, so more,
+    smaller tasks than cores would only hand the planner more changes of the same keys."""
+    from cdclake import pipeline
+    from cdclake.config import PipelineConfig, SourceConfig
+
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "0.txt").write_bytes(b'{"n": 1}\n' * 30_000)
+    source = SourceConfig(format="canal-json", input=str(root))
+    read = pipeline.source_read(spark, source, PipelineConfig(lake=str(tmp_path / "lake"), sources=[source]), None)
+    records = spark.read.format(read.data_source).options(**read.options).load()
+    assert records.rdd.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
+    assert records.count() == 30_000

@@ -26,7 +26,6 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # Decoded values are UTC text; Spark must not shift them into the machine's zone.
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -156,3 +155,16 @@ def get_session(master: str | None = None, remote: str | None = None,
     else:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks the session's executors run at once (``spark.default.parallelism`` where it is set): a stage
+    of that many equal tasks keeps every core busy. Spark Connect shows no SparkContext; there the setting or this
+    machine's cores."""
+    if is_connect(spark):
+        return int(spark.conf.get("spark.default.parallelism", None) or os.cpu_count() or 1)
+    return spark.sparkContext.defaultParallelism
+
+
+def is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
