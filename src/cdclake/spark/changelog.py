@@ -15,6 +15,7 @@ image.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
@@ -63,6 +64,25 @@ CHANGELOG_ARROW = pa.schema([
 ])
 CHANGELOG_SCHEMA = from_arrow_schema(CHANGELOG_ARROW)
 
+
+
+def _keep_freed_memory() -> None:
+    """glibc's malloc hands a freed block of more than 128 KiB back to the kernel, and the next batch's buffers are
+    new pages that the kernel must zero again: a decoding task allocates and frees such buffers for every Arrow
+    batch (the decoder's columns, Arrow's concatenations and takes). Keeping up to 512 MiB of them cut a task's page
+    faults by three fifths and its system time by a third (900,000 records outside Spark: 227,000 → 90,000 faults,
+    1.1-1.3 → 0.7-0.8 s)."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest
+    mallopt(m_trim_threshold, 512 << 20)
+
+
+_keep_freed_memory()
 _json = msgspec.json.Encoder()
 _formats: dict[tuple[str, tuple[tuple[str, str], ...]], Format] = {}
 
