@@ -65,7 +65,6 @@ CHANGELOG_ARROW = pa.schema([
 CHANGELOG_SCHEMA = from_arrow_schema(CHANGELOG_ARROW)
 
 
-
 def _keep_freed_memory() -> None:
     """glibc's malloc hands a freed block of more than 128 KiB back to the kernel, and the next batch's buffers are
     new pages that the kernel must zero again: a decoding task allocates and frees such buffers for every Arrow
