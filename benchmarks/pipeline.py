@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from cdclake import formats, lakecheck, pipeline, workload  # noqa: E402
 from cdclake.config import PipelineConfig, SourceConfig  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
-from cdclake.spark.session import get_session  # noqa: E402
+from cdclake.spark.session import get_session, task_slots  # noqa: E402
 
 TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "timestamp(6)", "varchar(255)",
          "date", "json")
@@ -100,7 +100,7 @@ def compare_decoders(spark, records_dir: Path) -> DecoderTimes:
     ours = CL.decode(records, "canal-json")
     handover = CL.decoder_input(records).mapInArrow(_handover, "offset long")
     reading = (spark.read.format("cdclake-files").option("path", str(records_dir))
-               .option("minPartitions", str(os.cpu_count() or 1)).option("decode", "canal-json").load())
+               .option("minPartitions", str(task_slots(spark))).option("decode", "canal-json").load())
     variants = (spark_native, ours, handover, reading, spark_reading)
     best = [float("inf")] * len(variants)
     for round_ in range(4):  # the first warms up; then best of 3 each, alternating: one run varies by a tenth

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import formats
+from cdclake import formats, pipeline
+from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
 from cdclake.records import Record, write_records
 from cdclake.spark import changelog as CL
@@ -98,9 +99,6 @@ def test_a_decoding_read_with_an_unknown_format_or_option_fails_when_loaded(spar
 def test_the_pipeline_reads_a_long_file_in_a_task_per_core(spark, tmp_path):
     """One task per core that runs tasks (the session is local[2]): each task reduces the keys it read, so more,
     smaller tasks than cores would only hand the planner more changes of the same keys."""
-    from cdclake import pipeline
-    from cdclake.config import PipelineConfig, SourceConfig
-
     root = tmp_path / "in"
     root.mkdir()
     (root / "0.txt").write_bytes(b'{"n": 1}\n' * 30_000)
