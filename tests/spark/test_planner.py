@@ -84,6 +84,24 @@ def test_a_column_list_named_by_id_or_carried_by_the_change_reads_alike(spark):
         plan(changelog(spark, [named]))
 
 
+def test_a_type_stated_only_for_null_gives_way_to_the_type_stated_with_values(spark):
+    """DTS states a stand-in type for a NULL value: where a segment's changes name several column lists, a column
+    takes its type from the lists whose changes give it a value, even when the latest change's list says else."""
+    def listing(name_type: str) -> str:
+        return json.dumps([{"name": "id", "type": "bigint", "key": True, "nullable": False},
+                           {"name": "name", "type": name_type, "key": False, "nullable": True}])
+
+    valued = {**row("c", 1, 0, 100), "after": json.dumps({"id": 1, "name": "5"}), "columns": listing("int")}
+    stand_in = {**row("c", 2, 1, 200), "after": json.dumps({"id": 2, "name": None}), "columns": listing("varchar(8)")}
+    (step,) = plan(changelog(spark, [valued, stand_in])).tables[("d", "t")]
+    assert [(c.name, c.type) for c in step.columns] == [("id", "bigint"), ("name", "int")]
+    got = sorted(step.changes.toArrow().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["name"]) for r in got] == [(1, 5), (2, None)]
+    # One column list states every type alike, values or not.
+    (alone,) = plan(changelog(spark, [stand_in])).tables[("d", "t")]
+    assert [(c.name, c.type) for c in alone.columns] == [("id", "bigint"), ("name", "varchar(8)")]
+
+
 def test_an_update_that_changes_the_key_deletes_the_old_key_unless_it_comes_back(spark):
     def update(key: int, before: int, offset: int, commit_ts: int) -> dict:
         return {**row("u", key, offset, commit_ts), "before_key": f"[{before}]"}

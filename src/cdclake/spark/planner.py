@@ -94,16 +94,16 @@ def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
     return expr
 
 
-def _layout_columns(layout: Row, listed: dict[int, str], valued_only: bool = False) -> list[dict]:
+def _layout_columns(layout: Row, listed: dict[int, str], valued: dict[tuple, set[str]] | None = None) -> list[dict]:
     """A change's column list (JSON text, the same for every change of a schema, so parsed once per layout
     on the driver rather than per change in Spark): its own, or the one its decoding task listed under its
-    id; ``valued_only`` keeps the columns the change gives a value, since a type stated for NULL may be a
-    stand-in."""
+    id. With ``valued`` (see :func:`_valued_columns`), only the columns that its changes give a value, since a
+    type stated for NULL may be a stand-in."""
     columns = _parse_columns(_layout_text(layout, listed))
-    if not valued_only:
+    if valued is None:
         return columns
-    valued = set(layout["valued"] or ())
-    return [c for c in columns if c["name"] in valued]
+    names = valued.get((layout["layout"], layout["columns"]), set())
+    return [c for c in columns if c["name"] in names]
 
 
 def _layout_text(layout: Row, listed: dict[int, str]) -> str | None:
@@ -122,6 +122,28 @@ def _listed_layouts(rows: list[Row]) -> dict[int, str]:
             raise RuntimeError(f"two column lists share the id {r['layout']}: {listed[r['layout']]!r}, "
                                f"{r['columns']!r}")
     return listed
+
+
+def _step_columns(part: DataFrame, latest: Row, layouts: list[Row], listed: dict[int, str]) -> list[Column]:
+    """The columns of a segment's changes (see :func:`merge_columns`). Where they name one column list, it states
+    every type, so which columns have values changes nothing; only where lists differ are the images read for
+    that (one small job)."""
+    columns = _layout_columns(latest, listed)
+    if len({_layout_text(lay, listed) for lay in layouts}) <= 1:
+        return merge_columns(columns, [], columns, [])
+    valued = _valued_columns(part)
+    return merge_columns(_layout_columns(latest, listed, valued),
+                         [_layout_columns(lay, listed, valued) for lay in layouts],
+                         columns, [_layout_columns(lay, listed) for lay in layouts])
+
+
+def _valued_columns(part: DataFrame) -> dict[tuple, set[str]]:
+    """By column list (layout, columns), the columns that some change with that list gives a value."""
+    names = F.map_keys(F.map_filter("after", lambda _, value: value.isNotNull()))
+    found: dict[tuple, set[str]] = defaultdict(set)
+    for r in part.select("layout", "columns", F.explode(names).alias("name")).distinct().collect():
+        found[(r["layout"], r["columns"])].add(r["name"])
+    return found
 
 
 @lru_cache(maxsize=256)
@@ -288,12 +310,10 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         F.desc("_cdc_seq"), F.desc("partition"), F.desc("offset"), F.desc("seq"))
     # Images are parsed after the reduction to net changes: only the changes that reach the lake pay for it.
     net = (rows.select(*_NET_COLUMNS, identity).withColumn("_rank", F.row_number().over(latest_first))
-           .filter("_rank = 1").drop("_rank", "_identity")
-           .withColumn("after", F.from_json("after", AFTER_MAP))
-           .withColumn("valued", F.map_keys(F.map_filter("after", lambda _, value: value.isNotNull())))
+           .filter("_rank = 1").drop("_rank", "_identity").withColumn("after", F.from_json("after", AFTER_MAP))
            .persist())
 
-    layout = F.struct("layout", "columns", "valued")
+    layout = F.struct("layout", "columns")
     groups = (net.groupBy("database", "table", "segment")
               .agg(F.max_by(layout, "_cdc_seq").alias("latest"), F.collect_set(layout).alias("layouts"),
                    F.max("_cdc_seq").alias("last"))
@@ -303,10 +323,8 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         name = (g["database"] or "", g["table"] or "")
         part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
                           & (F.col("segment") == g["segment"]))
-        layouts = sorted(g["layouts"], key=lambda lay: (_layout_text(lay, listed) or "", lay["valued"] or []))
-        merged = merge_columns(_layout_columns(g["latest"], listed, valued_only=True),
-                               [_layout_columns(lay, listed, valued_only=True) for lay in layouts],
-                               _layout_columns(g["latest"], listed), [_layout_columns(lay, listed) for lay in layouts])
+        layouts = sorted(g["layouts"], key=lambda lay: _layout_text(lay, listed) or "")
+        merged = _step_columns(part, g["latest"], layouts, listed)
         columns, nulls_only = infer_types(part, merged)
         steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns), nulls_only))
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
