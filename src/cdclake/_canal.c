@@ -1317,8 +1317,11 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
             for (Py_ssize_t c = 0; c < l->ncols; c++) {
                 Slot *s = &x->data_slots[c];
                 if (!s->present) continue;
+                /* a number or true/false as JSON text (see cdclake.spark.changelog._image_json); keys keep them bare */
+                const char *value = x->data_row.p + s->at;
+                int bare = s->len && *value != '"' && *value != 'n';
                 if ((!first && put1(a, ',')) || put(a, l->name_json[c], l->name_json_len[c]) ||
-                    put(a, x->data_row.p + s->at, s->len))
+                    (bare && put1(a, '"')) || put(a, value, s->len) || (bare && put1(a, '"')))
                     return FAILED;
                 first = 0;
             }

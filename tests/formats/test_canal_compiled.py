@@ -270,7 +270,7 @@ def _compiled_doubles(texts: list[str]) -> list[float]:
     batch = records_to_arrow([Record(value=value, offset=0)])
     decoded = formats.create("canal-json").decode_arrow(batch.column("value"), batch.column("offset"))
     assert decoded is not None and not len(decoded.left)
-    return [json.loads(after)["f"] for after in decoded.columns["after"].to_pylist()]
+    return [float(json.loads(after)["f"]) for after in decoded.columns["after"].to_pylist()]
 
 
 def _bits(value: float) -> bytes:

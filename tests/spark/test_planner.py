@@ -155,4 +155,4 @@ def test_records_decode_whatever_their_headers_and_an_unreadable_line_keeps_its_
     out = decode(records, fmt.name).where("status in ('event', 'failed')").orderBy("offset").toArrow().to_pylist()
     assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
     assert out[1]["error"] == "in.jsonl:2: not a captured record" and out[1]["raw_value"] == values[1]
-    assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == [0, 2]
+    assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == ["0", "2"]

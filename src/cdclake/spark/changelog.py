@@ -6,11 +6,11 @@ The format modules run unchanged inside the Python workers, over Arrow batches o
 record comes out accounted for: as its events (``status = 'event'``), as a dead letter with its raw
 bytes and reason (``'failed'``), or as ``'skipped'`` when it carries no change by design (a tombstone,
 a heartbeat). Row images travel as JSON text (``after``; of the image before an update, only its key:
-``before_key``): building nested Arrow values in Python costs more than the decoding itself, while Spark
-parses JSON in the JVM when the planner needs it (``AFTER_MAP``). Values are typed later per table. A change
-names its column list by id (``layout``); each task lists the lists it named once, as ``status = 'layout'``
-rows with the JSON in ``columns``, since a list is the same for every change of a table and as long as a row
-image.
+``before_key``), every value a string or null: building nested Arrow values in Python costs more than the
+decoding itself, while Spark parses JSON in the JVM when the planner needs it (``AFTER_MAP``). Values are
+typed later per table. A change names its column list by id (``layout``); each task lists the lists it named
+once, as ``status = 'layout'`` rows with the JSON in ``columns``, since a list is the same for every change of
+a table and as long as a row image.
 """
 
 from __future__ import annotations
@@ -104,14 +104,26 @@ def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
 
 
 def _image_json(image: Row | None, untyped: bool) -> bytes | None:
-    """A row image as JSON. Spark re-renders a JSON number read as text (``1e16`` → ``1.0E16``), which is
-    harmless where a type casts it back, but a column without a type keeps the text: there floats travel
-    as their exact Python text."""
+    """A row image as a JSON object of texts and nulls. Spark reads a string into its map of texts as it is, but
+    a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
+    (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
+    it; in a column without a type, its exact Python text."""
     if image is None:
         return None
-    if untyped:
-        image = {k: repr(v) if type(v) is float else v for k, v in image.items()}
-    return _json.encode(image)
+    return _json.encode({k: v if v is None or type(v) is str else _value_text(v, untyped) for k, v in image.items()})
+
+
+def _value_text(value: Any, untyped: bool) -> Any:
+    kind = type(value)
+    if kind is float:
+        return repr(value) if untyped else _json.encode(value).decode()
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is dict or kind is list:
+        return _json.encode(value).decode()
+    return value
 
 
 class _Layout(msgspec.Struct):
@@ -440,18 +452,12 @@ def _differs(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
 def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[Any]]:
     """The changelog columns of decoded events, built column by column: this runs once per change, so
     every per-event step that a whole column can do at once is done that way."""
-    encode = _json.encode
     # JSON stays in msgspec's UTF-8 bytes: Arrow takes them as they are (see _batch).
     afters: list[bytes | None] = []
     ids: list[int | None] = []
     for entry in entries:
-        event = entry.event
-        layout = layouts.of(event.columns)
-        after = event.after
-        if layout.untyped:
-            afters.append(_image_json(after, True))
-        else:
-            afters.append(None if after is None else encode(after))
+        layout = layouts.of(entry.event.columns)
+        afters.append(_image_json(entry.event.after, layout.untyped))
         ids.append(layout.id)
     events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
