@@ -29,10 +29,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
+from cdclake import types as T
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
+from cdclake.types import parse_type
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
@@ -103,14 +105,24 @@ def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
     return _json.encode([image.get(n) for n in names])
 
 
-def _image_json(image: Row | None, untyped: bool) -> bytes | None:
+def _image_json(image: Row | None, layout: _Layout) -> bytes | None:
     """A row image as a JSON object of texts and nulls. Spark reads a string into its map of texts as it is, but
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
-    it; in a column without a type, its exact Python text."""
+    it; in a column without a type, its exact Python text. This runs for every change: of a typed image, only the
+    columns whose type may give a number or flag are looked at (``_Layout.scalars``)."""
     if image is None:
         return None
-    return _json.encode({k: v if v is None or type(v) is str else _value_text(v, untyped) for k, v in image.items()})
+    if layout.untyped:
+        return _json.encode({k: v if v is None or type(v) is str else _value_text(v, True) for k, v in image.items()})
+    texts = None
+    for name in layout.scalars:
+        value = image.get(name)
+        if value is not None and type(value) is not str:
+            if texts is None:
+                texts = dict(image)
+            texts[name] = _value_text(value, False)
+    return _json.encode(image if texts is None else texts)
 
 
 def _value_text(value: Any, untyped: bool) -> Any:
@@ -126,6 +138,10 @@ def _value_text(value: Any, untyped: bool) -> Any:
     return value
 
 
+# The type families whose canonical values are text (see cdclake.values).
+_TEXT_FAMILIES = frozenset({T.DECIMAL, T.DATE, T.DATETIME, T.TIMESTAMP, T.TIME, T.TEXT, T.BINARY, T.JSON})
+
+
 class _Layout(msgspec.Struct):
     """What the changelog needs of a column list, worked out once per list: a format hands the same list
     to every event of a schema."""
@@ -135,6 +151,7 @@ class _Layout(msgspec.Struct):
     id: int | None  # layout_id(text)
     untyped: bool
     key_names: list[str]
+    scalars: list[str]  # the columns whose values may be numbers or flags
 
 
 class _Layouts(dict[int, _Layout]):
@@ -142,11 +159,12 @@ class _Layouts(dict[int, _Layout]):
         layout = self.get(id(columns))
         if layout is None or layout.columns is not columns:
             if columns is None:
-                layout = _Layout(None, None, None, True, [])
+                layout = _Layout(None, None, None, True, [], [])
             else:
                 text = _json.encode(columns)
                 layout = _Layout(columns, text, layout_id(text), any(c.type == UNKNOWN_TYPE for c in columns),
-                                 [c.name for c in columns if c.key])
+                                 [c.name for c in columns if c.key],
+                                 [c.name for c in columns if parse_type(c.type).family not in _TEXT_FAMILIES])
             self[id(columns)] = layout
         return layout
 
@@ -457,7 +475,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
     ids: list[int | None] = []
     for entry in entries:
         layout = layouts.of(entry.event.columns)
-        afters.append(_image_json(entry.event.after, layout.untyped))
+        afters.append(_image_json(entry.event.after, layout))
         ids.append(layout.id)
     events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
