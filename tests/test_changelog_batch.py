@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from cdclake import formats, workload
 from cdclake.records import Record, captured_line
 from cdclake.sources import files
+from cdclake.spark import changelog
 from cdclake.spark.changelog import CHANGELOG_ARROW, decode_arrow_task, decode_batch, decode_task, records_from_arrow
 
 
@@ -137,6 +138,34 @@ def test_every_record_is_accounted_for_and_events_ranked_within_their_record():
     listed = out[-2]
     assert first["columns"] is None and {r["layout"] for r in out[:5]} == {listed["layout"]}
     assert [c["name"] for c in json.loads(listed["columns"])] == ["id", "name"]
+
+
+_IMAGE_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6)
+    | st.binary(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
+
+
+@given(st.dictionaries(st.text(max_size=6), _IMAGE_VALUES, max_size=8))
+def test_compiled_image_texts_are_the_python_twins_bytes(image):
+    compiled = changelog._canal.image_texts(changelog._json.encode(image))
+    assert compiled == changelog._image_texts(image, untyped=False)
+    assert all(v is None or type(v) is str for v in json.loads(compiled).values())
+
+
+def test_an_image_is_made_texts_whether_or_not_the_compiled_twin_was_built(monkeypatch):
+    image = {"id": 7, "f": 1e16, "nan": float("nan"), "ok": True, "doc": {"a": ['"\\']}, "s": "x", "n": None}
+    expected = {"id": "7", "f": "1e16", "nan": None, "ok": "true", "doc": '{"a":["\\"\\\\"]}', "s": "x", "n": None}
+    layout = changelog._Layouts().of([])
+    assert json.loads(changelog._image_json(image, layout)) == expected
+    monkeypatch.setattr(changelog, "_canal", None)
+    assert json.loads(changelog._image_json(image, layout)) == expected
+
+
+@pytest.mark.parametrize("text", [b"", b"[1]", b'{"a":1', b'{"a":1}x', b'{"a" 1}', b'{"a":tru}'])
+def test_compiled_image_texts_refuses_what_is_no_compact_json_object(text):
+    with pytest.raises(ValueError, match="not a compact JSON object"):
+        changelog._canal.image_texts(text)
 
 
 def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():

@@ -1,7 +1,7 @@
 """The compiled twins of cdclake's hot paths (C extensions that setup.py builds where a compiler is present):
-``_records`` reads captured-records files, ``_canal`` decodes Canal-JSON row messages. Each leaves to the
-Python code whatever it cannot read exactly as that code does, so results never depend on whether it was
-built; only speed does."""
+``_records`` reads captured-records files, ``_canal`` decodes Canal-JSON row messages (and makes the row
+images of the other formats texts). Each leaves to the Python code whatever it cannot read exactly as that
+code does, so results never depend on whether it was built; only speed does."""
 
 from __future__ import annotations
 

@@ -29,12 +29,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
-from cdclake import types as T
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
-from cdclake.types import parse_type
+
+try:
+    from cdclake import _canal
+except ImportError:  # built where a compiler was at hand; the Python twin gives the same bytes
+    _canal = None
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
@@ -109,37 +112,37 @@ def _image_json(image: Row | None, layout: _Layout) -> bytes | None:
     """A row image as a JSON object of texts and nulls. Spark reads a string into its map of texts as it is, but
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
-    it; in a column without a type, its exact Python text. This runs for every change: of a typed image, only the
-    columns whose type may give a number or flag are looked at (``_Layout.scalars``)."""
+    it; in a column without a type, its exact Python text. This runs for every change, so a typed image is
+    encoded as it is and then made texts by ``_canal.image_texts`` where that was built: for the workload's
+    37-column image 4.9 µs against 9.2 for its Python twin, :func:`_image_texts`, which gives the same bytes (3.6 to
+    encode the image alone)."""
     if image is None:
         return None
     if layout.untyped:
-        return _json.encode({k: v if v is None or type(v) is str else _value_text(v, True) for k, v in image.items()})
-    texts = None
-    for name in layout.scalars:
-        value = image.get(name)
-        if value is not None and type(value) is not str:
-            if texts is None:
-                texts = dict(image)
-            texts[name] = _value_text(value, False)
-    return _json.encode(image if texts is None else texts)
+        return _image_texts(image, untyped=True)
+    if _canal is not None:
+        return _canal.image_texts(_json.encode(image))
+    return _image_texts(image, untyped=False)
+
+
+def _image_texts(image: Row, untyped: bool) -> bytes:
+    return _json.encode({k: v if v is None or type(v) is str else _value_text(v, untyped) for k, v in image.items()})
 
 
 def _value_text(value: Any, untyped: bool) -> Any:
     kind = type(value)
     if kind is float:
-        return repr(value) if untyped else _json.encode(value).decode()
+        if untyped:
+            return repr(value)
+        text = _json.encode(value).decode()
+        return None if text == "null" else text  # msgspec writes a NaN or infinity as null
     if kind is bool:
         return "true" if value else "false"
     if kind is int:
         return str(value)
     if kind is dict or kind is list:
         return _json.encode(value).decode()
-    return value
-
-
-# The type families whose canonical values are text (see cdclake.values).
-_TEXT_FAMILIES = frozenset({T.DECIMAL, T.DATE, T.DATETIME, T.TIMESTAMP, T.TIME, T.TEXT, T.BINARY, T.JSON})
+    return value  # bytes and the like, which msgspec writes as a string
 
 
 class _Layout(msgspec.Struct):
@@ -151,7 +154,6 @@ class _Layout(msgspec.Struct):
     id: int | None  # layout_id(text)
     untyped: bool
     key_names: list[str]
-    scalars: list[str]  # the columns whose values may be numbers or flags
 
 
 class _Layouts(dict[int, _Layout]):
@@ -159,12 +161,11 @@ class _Layouts(dict[int, _Layout]):
         layout = self.get(id(columns))
         if layout is None or layout.columns is not columns:
             if columns is None:
-                layout = _Layout(None, None, None, True, [], [])
+                layout = _Layout(None, None, None, True, [])
             else:
                 text = _json.encode(columns)
                 layout = _Layout(columns, text, layout_id(text), any(c.type == UNKNOWN_TYPE for c in columns),
-                                 [c.name for c in columns if c.key],
-                                 [c.name for c in columns if parse_type(c.type).family not in _TEXT_FAMILIES])
+                                 [c.name for c in columns if c.key])
             self[id(columns)] = layout
         return layout
 
