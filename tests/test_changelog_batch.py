@@ -109,12 +109,23 @@ def test_message_per_line_files_number_lines_from_zero_and_skip_blank_ones(tmp_p
         (0, b"one", "plain.txt"), (2, b"two", "plain.txt"), (3, b"three", "plain.txt")]
 
 
-@given(st.lists(st.sampled_from([b"x", b"\n", b"\r\n", b"yy"]), max_size=12), st.booleans())
-def test_line_counts_match_the_lines_read(tmp_path_factory, parts, complete_only):
+@given(st.lists(st.sampled_from([b"x", b"\n", b"\r\n", b"yy"]), max_size=40), st.booleans(), st.integers(1, 5),
+       st.integers(1, 3))
+def test_line_counts_match_the_lines_read(tmp_path_factory, parts, complete_only, block, threads):
     path = tmp_path_factory.mktemp("count") / "f"
     data = b"".join(parts)
     path.write_bytes(data)
-    assert files.LineCounter(complete_only).count(str(path)) == len(files._lines(data, complete_only))
+    lines = files._lines(data, complete_only)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "COUNT_BLOCK", block)  # many blocks, counted in pieces side by side
+        patch.setattr(files, "SCAN_THREADS", threads)
+        scan = files.LineCounter(complete_only)._scan(str(path))
+    assert scan.lines == len(lines)
+    # One known start per block after the first that holds a newline: the line after that newline.
+    starts = [sum(map(len, lines[:i])) + i for i in range(len(lines) + 1)]
+    assert scan.starts[0] == (0, 0) and all(starts[line] == offset for line, offset in scan.starts)
+    assert [offset for _, offset in scan.starts[1:]] == [
+        data.index(b"\n", at) + 1 for at in range(block, len(data), block) if b"\n" in data[at:at + block]]
 
 
 def test_every_record_is_accounted_for_and_events_ranked_within_their_record():

@@ -16,6 +16,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,24 +101,48 @@ class LineCounter:
         cached = self._cache.get(name)
         if cached and cached.size == stat.st_size and cached.mtime == stat.st_mtime:
             return cached
-        # A block at a time into one reused buffer: reading a whole 800 MB file at once costs several times the
-        # count itself, in page faults and copying. len(_lines(data)) without building the lines. numpy counts
-        # the newlines about three times faster than bytearray.count (measured: 0.12 s against 0.31-0.44 s for
-        # 800 MB in the page cache), which a run pays for every file before its first batch.
-        buffer, n, last, position = bytearray(COUNT_BLOCK), 0, b"\n", 0
-        octets, newlines = np.frombuffer(buffer, np.uint8), np.empty(COUNT_BLOCK, np.bool_)
-        starts = [(0, 0)]
-        with open(name, "rb", buffering=0) as handle:
-            while size := handle.readinto(buffer):
-                first = buffer.find(b"\n", 0, size)
-                if position and first >= 0:
-                    starts.append((n + 1, position + first + 1))  # the line after this block's first newline
-                n += int(np.count_nonzero(np.equal(octets[:size], NEWLINE, out=newlines[:size])))
-                last = buffer[size - 1:size]
-                position += size
-        n += 1 if last != b"\n" and not self.complete_only else 0
-        self._cache[name] = _Scan(stat.st_size, stat.st_mtime, n, starts)
+        # A run counts every file before its first batch. Pieces of the file are counted side by side, each a
+        # block at a time into a reused buffer (numpy and the reads let go of the GIL): 1.6 GB in the page
+        # cache took 0.13-0.16 s on two cores against 0.24-0.31 s in one pass.
+        size = stat.st_size
+        blocks = -(-size // COUNT_BLOCK)
+        pieces = max(1, min(SCAN_THREADS, blocks // 4))
+        bounds = [blocks * i // pieces * COUNT_BLOCK for i in range(pieces)] + [size]
+        if pieces == 1:
+            counted = [_count_blocks(name, 0, size)]
+        else:
+            with ThreadPoolExecutor(pieces) as pool:
+                counted = list(pool.map(_count_blocks, [name] * pieces, bounds[:-1], bounds[1:]))
+        n, starts = 0, [(0, 0)]
+        for position, newlines, first in itertools.chain.from_iterable(counted):
+            if position and first >= 0:
+                starts.append((n + 1, position + first + 1))  # the line after this block's first newline
+            n += newlines
+        if size and not self.complete_only:
+            with open(name, "rb", buffering=0) as handle:
+                handle.seek(size - 1)
+                n += handle.read(1) not in (b"\n", b"")  # a last line without its newline (b"": cut meanwhile)
+        self._cache[name] = _Scan(size, stat.st_mtime, n, starts)
         return self._cache[name]
+
+
+SCAN_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _count_blocks(name: str, begin: int, end: int) -> list[tuple[int, int, int]]:
+    """Of each block of bytes ``[begin, end)`` of a file: (where it starts, its newlines, the offset of its first
+    newline or -1). numpy counts newlines about three times faster than bytearray.count."""
+    buffer = bytearray(COUNT_BLOCK)
+    view, octets, newlines = memoryview(buffer), np.frombuffer(buffer, np.uint8), np.empty(COUNT_BLOCK, np.bool_)
+    counted = []
+    with open(name, "rb", buffering=0) as handle:
+        handle.seek(begin)
+        position = begin
+        while position < end and (size := handle.readinto(view[:min(COUNT_BLOCK, end - position)])):
+            counted.append((position, int(np.count_nonzero(np.equal(octets[:size], NEWLINE, out=newlines[:size]))),
+                            buffer.find(b"\n", 0, size)))
+            position += size
+    return counted
 
 
 def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
