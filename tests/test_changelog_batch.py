@@ -173,6 +173,17 @@ def test_an_image_is_made_texts_whether_or_not_the_compiled_twin_was_built(monke
     assert json.loads(changelog._image_json(image, layout)) == expected
 
 
+def test_an_image_nested_deeper_than_the_compiled_scanner_follows_is_made_texts_in_python():
+    deep: list = []
+    for _ in range(100):
+        deep = [deep]
+    image = {"id": 1, "doc": deep}
+    with pytest.raises(ValueError):
+        changelog._canal.image_texts(changelog._json.encode(image))
+    made = changelog._image_json(image, changelog._Layouts().of([]))
+    assert made == changelog._image_texts(image, untyped=False) and json.loads(made)["doc"] == json.dumps(deep)
+
+
 @pytest.mark.parametrize("text", [b"", b"[1]", b'{"a":1', b'{"a":1}x', b'{"a" 1}', b'{"a":tru}'])
 def test_compiled_image_texts_refuses_what_is_no_compact_json_object(text):
     with pytest.raises(ValueError, match="not a compact JSON object"):

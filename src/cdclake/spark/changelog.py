@@ -121,7 +121,10 @@ def _image_json(image: Row | None, layout: _Layout) -> bytes | None:
     if layout.untyped:
         return _image_texts(image, untyped=True)
     if _canal is not None:
-        return _canal.image_texts(_json.encode(image))
+        try:
+            return _canal.image_texts(_json.encode(image))
+        except ValueError:  # a value nested deeper than the C scanner follows: the Python twin has no limit
+            pass
     return _image_texts(image, untyped=False)
 
 
