@@ -1451,7 +1451,7 @@ static PyObject *image_texts(PyObject *module, PyObject *arg) {
     int flags;
     Buf out = {NULL, 0, 0};
     PyObject *result = NULL;
-    if (grow(&out, 2 * (e - p) + 2)) goto fail; /* at most twice as long: the whole output in one allocation */
+    if (grow(&out, 2 * (e - p) + 2)) goto done; /* at most twice as long: the whole output in one allocation */
     if (p >= e || *p != '{' || put1(&out, '{')) goto bad;
     p++;
     if (p < e && *p == '}') {
@@ -1460,24 +1460,24 @@ static PyObject *image_texts(PyObject *module, PyObject *arg) {
         for (;;) {
             const char *at = p, *end;
             if (p >= e || *p != '"' || !(p = scan_string(p, e, &s, &n, &flags)) || p >= e || *p != ':') goto bad;
-            if (put(&out, at, p + 1 - at)) goto fail;
+            if (put(&out, at, p + 1 - at)) goto done;
             at = ++p;
             if (p >= e) goto bad;
             if (*p == '"') {
                 if (!(end = scan_string(p, e, &s, &n, &flags)) || put(&out, at, end - at)) goto bad;
             } else if (is_null(p, e)) {
                 end = p + 4;
-                if (put(&out, at, 4)) goto fail;
+                if (put(&out, at, 4)) goto done;
             } else {
                 if (!(end = skip_value(p, e, 0, NULL)) || put1(&out, '"')) goto bad;
                 if (*p == '{' || *p == '[') { /* its text as a JSON string: msgspec escapes no control character
                                                * raw in its output, so only quotes and backslashes need it */
                     for (const char *q = p; q < end; q++)
-                        if (((*q == '"' || *q == '\\') && put1(&out, '\\')) || put1(&out, *q)) goto fail;
+                        if (((*q == '"' || *q == '\\') && put1(&out, '\\')) || put1(&out, *q)) goto done;
                 } else if (put(&out, p, end - p)) {
-                    goto fail;
+                    goto done;
                 }
-                if (put1(&out, '"')) goto fail;
+                if (put1(&out, '"')) goto done;
             }
             p = end;
             if (p < e && *p == '}') {
@@ -1490,10 +1490,10 @@ static PyObject *image_texts(PyObject *module, PyObject *arg) {
     }
     if (p != e || put1(&out, '}')) goto bad;
     result = PyBytes_FromStringAndSize(out.p, out.n);
-    goto fail;
+    goto done;
 bad:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "image_texts: not a compact JSON object");
-fail:
+done:
     free(out.p);
     return result;
 }
