@@ -167,10 +167,9 @@ def test_compiled_image_texts_are_the_python_twins_bytes(image):
 def test_an_image_is_made_texts_whether_or_not_the_compiled_twin_was_built(monkeypatch):
     image = {"id": 7, "f": 1e16, "nan": float("nan"), "ok": True, "doc": {"a": ['"\\']}, "s": "x", "n": None}
     expected = {"id": "7", "f": "1e16", "nan": None, "ok": "true", "doc": '{"a":["\\"\\\\"]}', "s": "x", "n": None}
-    layout = changelog._Layouts().of([])
-    assert json.loads(changelog._image_json(image, layout)) == expected
+    assert json.loads(changelog._image_json(image, untyped=False)) == expected
     monkeypatch.setattr(changelog, "_canal", None)
-    assert json.loads(changelog._image_json(image, layout)) == expected
+    assert json.loads(changelog._image_json(image, untyped=False)) == expected
 
 
 def test_an_image_nested_deeper_than_the_compiled_scanner_follows_is_made_texts_in_python():
@@ -180,7 +179,7 @@ def test_an_image_nested_deeper_than_the_compiled_scanner_follows_is_made_texts_
     image = {"id": 1, "doc": deep}
     with pytest.raises(ValueError):
         changelog._canal.image_texts(changelog._json.encode(image))
-    made = changelog._image_json(image, changelog._Layouts().of([]))
+    made = changelog._image_json(image, untyped=False)
     assert made == changelog._image_texts(image, untyped=False) and json.loads(made)["doc"] == json.dumps(deep)
 
 

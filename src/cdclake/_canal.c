@@ -1451,7 +1451,7 @@ static PyObject *image_texts(PyObject *module, PyObject *arg) {
     int flags;
     Buf out = {NULL, 0, 0};
     PyObject *result = NULL;
-    if (grow(&out, 2 * (e - p) + 2)) goto done; /* at most twice as long: the whole output in one allocation */
+    if (grow(&out, 2 * (e - p) + 2)) goto done; /* as a rule twice as long at most: one allocation */
     if (p >= e || *p != '{' || put1(&out, '{')) goto bad;
     p++;
     if (p < e && *p == '}') {
@@ -1468,16 +1468,9 @@ static PyObject *image_texts(PyObject *module, PyObject *arg) {
             } else if (is_null(p, e)) {
                 end = p + 4;
                 if (put(&out, at, 4)) goto done;
-            } else {
-                if (!(end = skip_value(p, e, 0, NULL)) || put1(&out, '"')) goto bad;
-                if (*p == '{' || *p == '[') { /* its text as a JSON string: msgspec escapes no control character
-                                               * raw in its output, so only quotes and backslashes need it */
-                    for (const char *q = p; q < end; q++)
-                        if (((*q == '"' || *q == '\\') && put1(&out, '\\')) || put1(&out, *q)) goto done;
-                } else if (put(&out, p, end - p)) {
-                    goto done;
-                }
-                if (put1(&out, '"')) goto done;
+            } else { /* a number, true, false, an object or an array: its text as a JSON string */
+                if (!(end = skip_value(p, e, 0, NULL))) goto bad;
+                if (put_json_string(&out, p, end - p)) goto done;
             }
             p = end;
             if (p < e && *p == '}') {

@@ -108,7 +108,7 @@ def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
     return _json.encode([image.get(n) for n in names])
 
 
-def _image_json(image: Row | None, layout: _Layout) -> bytes | None:
+def _image_json(image: Row | None, untyped: bool) -> bytes | None:
     """A row image as a JSON object of texts and nulls. Spark reads a string into its map of texts as it is, but
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
@@ -118,7 +118,7 @@ def _image_json(image: Row | None, layout: _Layout) -> bytes | None:
     encode the image alone)."""
     if image is None:
         return None
-    if layout.untyped:
+    if untyped:
         return _image_texts(image, untyped=True)
     if _canal is not None:
         try:
@@ -479,7 +479,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
     ids: list[int | None] = []
     for entry in entries:
         layout = layouts.of(entry.event.columns)
-        afters.append(_image_json(entry.event.after, layout))
+        afters.append(_image_json(entry.event.after, layout.untyped))
         ids.append(layout.id)
     events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
