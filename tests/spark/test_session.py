@@ -1,7 +1,9 @@
 """The local session: its Python processes import the installed pyspark (see ``session.worker_python``), and
-its batches to Python are bounded by records alone."""
+its batches to Python are bounded by records alone, and numpy's OpenBLAS starts no threads in them."""
 
 from __future__ import annotations
+
+import os
 
 import pyspark
 import pytest
@@ -33,3 +35,13 @@ def test_the_local_session_hands_python_batches_bounded_by_records_not_bytes(spa
     # 4,000 values of 20 KB: 80 MB, over Spark's default of 64 MiB per batch, under 20,000 records.
     values = spark.range(0, 4_000, 1, 1).selectExpr("repeat('x', 20000) AS value")
     assert [row.rows for row in values.mapInArrow(sizes, "rows long").collect()] == [4_000]
+
+
+def test_the_local_sessions_python_processes_run_numpys_openblas_on_one_thread(spark):
+    def setting(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"threads": [os.environ.get("OPENBLAS_NUM_THREADS")] * batch.num_rows})
+
+    assert {row.threads for row in spark.range(4).mapInArrow(setting, "threads string").collect()} == {"1"}

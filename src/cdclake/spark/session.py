@@ -44,6 +44,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # Throughput over pause times: on 2 cores G1's concurrent work competes with the tasks. The parallel collector
     # took the benchmark's first end-to-end run from 23.0 to 19.8 s, warm runs alike (benchmarks/results.md).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Every Python process Spark starts imports numpy, whose OpenBLAS then starts a thread per core that spins for
+    # about 0.1 s of CPU (measured: importing numpy took 0.18 CPU-s, 0.08 with one thread), beside the tasks on
+    # these cores. A run starts several such processes, and the streaming query waits for each of its helpers;
+    # cdclake multiplies no matrices.
+    "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
 }
 
 
