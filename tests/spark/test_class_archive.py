@@ -1,0 +1,91 @@
+"""The archive of the classes a local session's JVM loads (``cdclake class-archive``): built from a real
+training run, mapped by every later local session of the same Java and Spark jars, and never by another's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdclake.spark.session import LOCAL_DEFAULTS, _trusted, class_archive, session_settings
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+# What the new session's JVM runs with: "sharing" in java.vm.info means it maps class-data archives, and a JVM
+# told to map one it cannot maps none at all, so "sharing" with this option means it maps this archive.
+SHOW = """
+from cdclake.spark.session import get_session
+jvm = get_session().sparkContext._jvm
+print(jvm.System.getProperty("java.vm.info"))
+kind = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(kind)
+print(bean.getVMOption("SharedArchiveFile").getValue())
+"""
+
+
+def in_cache(cache: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_CACHE_HOME": str(cache)}
+
+
+@pytest.mark.spark
+def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_older_installs(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = class_archive()
+    assert archive is not None
+    older = archive.with_name("spark-classes-0123456789abcdef.jsa")
+    older.parent.mkdir(mode=0o700, parents=True)
+    older.write_bytes(b"an archive of another install")
+    cdclake = Path(sys.executable).with_name("cdclake")
+    built = subprocess.run([str(cdclake), "class-archive", "--events", "20"], env=in_cache(tmp_path),
+                           capture_output=True, text=True, timeout=1200, check=False)
+    try:
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert f"Local Spark sessions now start from {archive}" in built.stdout
+        assert sorted(archive.parent.glob("*.jsa")) == [archive] and _trusted(archive)
+        shown = subprocess.run([sys.executable, "-c", SHOW], env=in_cache(tmp_path), capture_output=True, text=True,
+                               timeout=600, check=True).stdout.splitlines()
+        assert "sharing" in shown[-2] and shown[-1] == str(archive)
+    finally:
+        archive.unlink(missing_ok=True)  # about 200 MB
+
+
+def test_a_local_session_maps_the_archive_given_and_a_clusters_never(tmp_path):
+    archive = tmp_path / "spark-classes-x.jsa"
+    local = session_settings("local[2]", None, "/opt/python", archive)
+    assert local[JAVA_OPTIONS] == f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:SharedArchiveFile={archive}"
+    assert JAVA_OPTIONS not in session_settings("spark://host:7077", None, "/opt/python", archive)
+    spaced = tmp_path / "a b" / "x.jsa"
+    quoted = session_settings(None, None, "/opt/python", spaced)[JAVA_OPTIONS]
+    assert quoted.endswith(f"-XX:SharedArchiveFile='{spaced}'")
+
+
+def test_the_archive_is_named_by_the_java_and_the_jars_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"1")
+    first = class_archive()
+    assert first is not None and first.parent == tmp_path / "cache" / f"cdclake-{os.getuid()}"
+    assert class_archive() == first
+    (jars / "spark-core.jar").write_bytes(b"22")  # an upgrade
+    assert class_archive() != first
+    (jars / "spark-core.jar").write_bytes(b"1")
+    os.utime(jars / "spark-core.jar", ns=(0, 0))
+    assert class_archive() != first
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+    assert class_archive() is None
+
+
+def test_only_an_archive_that_no_one_else_could_write_is_mapped(tmp_path):
+    archive = tmp_path / "spark-classes-x.jsa"
+    assert not _trusted(archive)
+    archive.write_bytes(b"x")
+    archive.chmod(0o644)
+    assert _trusted(archive)
+    archive.chmod(0o664)
+    assert not _trusted(archive)
+    assert not _trusted(tmp_path)
