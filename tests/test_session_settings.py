@@ -24,3 +24,9 @@ def test_a_cluster_session_keeps_the_clusters_own_settings_but_runs_in_utc(maste
 
 def test_a_connect_server_elsewhere_is_configured_once_the_session_exists():
     assert session_settings(None, "sc://host:15002", "/opt/python") == {}
+
+
+@pytest.mark.parametrize(("master", "remote"), [(None, None), ("yarn", None), (None, "sc://host:15002")])
+def test_the_users_settings_win(master, remote):
+    mine = {"spark.sql.session.timeZone": "Asia/Tokyo", "spark.executor.memory": "8g"}
+    assert session_settings(master, remote, "/opt/python", mine).items() >= mine.items()

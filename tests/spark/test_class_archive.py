@@ -54,12 +54,20 @@ def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_old
 
 def test_a_local_session_maps_the_archive_given_and_a_clusters_never(tmp_path):
     archive = tmp_path / "spark-classes-x.jsa"
-    local = session_settings("local[2]", None, "/opt/python", archive)
+    local = session_settings("local[2]", None, "/opt/python", archive=archive)
     assert local[JAVA_OPTIONS] == f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:SharedArchiveFile={archive}"
-    assert JAVA_OPTIONS not in session_settings("spark://host:7077", None, "/opt/python", archive)
+    assert JAVA_OPTIONS not in session_settings("spark://host:7077", None, "/opt/python", archive=archive)
     spaced = tmp_path / "a b" / "x.jsa"
-    quoted = session_settings(None, None, "/opt/python", spaced)[JAVA_OPTIONS]
+    quoted = session_settings(None, None, "/opt/python", archive=spaced)[JAVA_OPTIONS]
     assert quoted.endswith(f"-XX:SharedArchiveFile='{spaced}'")
+
+
+def test_the_users_own_jvm_options_keep_the_archive_unless_they_choose_how_classes_are_shared(tmp_path):
+    archive = tmp_path / "spark-classes-x.jsa"
+    own = session_settings(None, None, "/opt/python", {JAVA_OPTIONS: "-Xss4m"}, archive)[JAVA_OPTIONS]
+    assert own == f"-Xss4m -XX:SharedArchiveFile={archive}"
+    for sharing in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:DumpLoadedClassList=/tmp/c.lst"):
+        assert session_settings(None, None, "/opt/python", {JAVA_OPTIONS: sharing}, archive)[JAVA_OPTIONS] == sharing
 
 
 def test_the_archive_is_named_by_the_java_and_the_jars_it_is_for(tmp_path, monkeypatch):

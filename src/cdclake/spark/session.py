@@ -6,6 +6,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -128,26 +129,34 @@ def _written(base: Path, text: str) -> Path:
 PER_SESSION = ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# JVM options that choose an archive, turn sharing off, or list classes for a new archive: a second archive would
+# override or spoil them.
+_SHARING_OPTION = re.compile(r"-Xshare|SharedArchiveFile|DumpLoadedClassList|ArchiveClassesAtExit")
+
+
 def _on_this_machine(master: str | None, remote: str | None) -> bool:
     return (remote or master or "local").startswith("local")  # remote "local[2]": a Connect server started here
 
 
-def session_settings(master: str | None, remote: str | None, python: str,
+def session_settings(master: str | None, remote: str | None, python: str, conf: Mapping[str, str] | None = None,
                      archive: Path | None = None) -> dict[str, str]:
-    """The settings a new session is built with. A session that runs on this machine gets the tuning for it
-    (``LOCAL_DEFAULTS``), and its JVM maps the ``archive`` of Spark's classes where there is one (see
-    :func:`build_class_archive`); a cluster's session only what cdclake needs (``PER_SESSION``), since four
-    shuffle partitions or this machine's memory would hold a cluster back. A Connect server elsewhere gets
-    those once the session exists (see :func:`get_session`)."""
+    """The settings a new session is built with: ``conf`` over cdclake's. A session that runs on this machine gets
+    the tuning for it (``LOCAL_DEFAULTS``), and its JVM maps the ``archive`` of Spark's classes where there is one
+    (see :func:`build_class_archive`), with the JVM options of ``conf`` too unless they say how to share classes
+    themselves; a cluster's session only what cdclake needs (``PER_SESSION``), since four shuffle partitions or this
+    machine's memory would hold a cluster back. A Connect server elsewhere gets those once the session exists (see
+    :func:`get_session`)."""
+    conf = dict(conf or {})
     if _on_this_machine(master, remote):
-        settings = {**LOCAL_DEFAULTS, "spark.pyspark.python": python}
-        if archive is not None:
-            key = "spark.driver.extraJavaOptions"
-            settings[key] = f"{settings[key]} -XX:SharedArchiveFile={shlex.quote(str(archive))}"
+        settings = {**LOCAL_DEFAULTS, "spark.pyspark.python": python, **conf}
+        options = settings.get(JAVA_OPTIONS, "")
+        if archive is not None and not _SHARING_OPTION.search(options):
+            settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={shlex.quote(str(archive))}".lstrip()
         return settings
     if remote:
-        return {}
-    return {**{key: LOCAL_DEFAULTS[key] for key in PER_SESSION}, "spark.pyspark.python": python}
+        return conf
+    return {**{key: LOCAL_DEFAULTS[key] for key in PER_SESSION}, "spark.pyspark.python": python, **conf}
 
 
 def get_session(master: str | None = None, remote: str | None = None,
@@ -161,9 +170,9 @@ def get_session(master: str | None = None, remote: str | None = None,
     logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
-    archive = class_archive()
-    settings = session_settings(master, remote, python, archive if archive and _trusted(archive) else None)
-    for key, value in {**settings, **(conf or {})}.items():
+    archive = class_archive() if _on_this_machine(master, remote) else None
+    settings = session_settings(master, remote, python, conf, archive if archive and _trusted(archive) else None)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():
         # A Connect server started here takes the static settings at start, then warns that the session
@@ -222,8 +231,8 @@ def build_class_archive(train: Callable[[SparkSession], object], say: Callable[[
     home = _private(target.parent.parent)
     with tempfile.TemporaryDirectory(dir=home) as tmp:
         listed = Path(tmp, "classes.lst")
-        key = "spark.driver.extraJavaOptions"
-        spark = get_session(conf={key: f"{LOCAL_DEFAULTS[key]} -XX:DumpLoadedClassList={shlex.quote(str(listed))}"})
+        listing = f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:DumpLoadedClassList={shlex.quote(str(listed))}"
+        spark = get_session(conf={JAVA_OPTIONS: listing})
         try:
             jvm = spark.sparkContext._jvm
             java = Path(jvm.System.getProperty("java.home"), "bin", "java")
