@@ -405,8 +405,8 @@ def class_archive(
 ) -> None:
     """Makes local Spark sessions start sooner: runs the demo's pipeline once on small sample data while Java
     lists the classes Spark loads, then archives them (Java class-data sharing, about 200 MB in ~/.cache). Every
-    later local session maps the archive: starting Spark took 2.6-2.8 s instead of 4.8-5.2 s here. Run it again
-    after upgrading Java or pyspark; until then sessions start as they did without it."""
+    later local session maps the archive: starting Spark took 3.6-3.8 s instead of 6.1-6.7 s here. Run it again
+    after upgrading Java, pyspark or cdclake; until then sessions start as they did without it."""
     from cdclake import demo as D
     from cdclake.spark.session import build_class_archive
 

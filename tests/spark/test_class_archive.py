@@ -26,6 +26,20 @@ print(bean.getVMOption("SharedArchiveFile").getValue())
 """
 
 
+# A session whose JVM records a flight from its start: Java then hooks every class load, and Java 17 crashed on
+# loading a class that Java itself generated into an archive. The small pipeline run loads such classes.
+RECORDED = """
+import sys, tempfile
+from pathlib import Path
+from cdclake import demo
+from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session
+options = f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:StartFlightRecording=filename={sys.argv[1]}"
+print(get_session(conf={JAVA_OPTIONS: options}).sparkContext.getConf().get(JAVA_OPTIONS))
+with tempfile.TemporaryDirectory() as tmp:
+    print(demo.run(Path(tmp, "demo"), events=20, say=lambda _: None))
+"""
+
+
 def in_cache(cache: Path) -> dict[str, str]:
     return {**os.environ, "XDG_CACHE_HOME": str(cache)}
 
@@ -48,6 +62,12 @@ def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_old
         shown = subprocess.run([sys.executable, "-c", SHOW], env=in_cache(tmp_path), capture_output=True, text=True,
                                timeout=600, check=True).stdout.splitlines()
         assert "sharing" in shown[-2] and shown[-1] == str(archive)
+        recorded = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path / "flight.jfr")],
+                                  env=in_cache(tmp_path), capture_output=True, text=True, timeout=900, check=False)
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr[-3000:]
+        options, ran = recorded.stdout.splitlines()[-2:]
+        assert options.endswith(f"-XX:StartFlightRecording=filename={tmp_path / 'flight.jfr'} "
+                                f"-XX:SharedArchiveFile={archive}") and ran == "True"
     finally:
         archive.unlink(missing_ok=True)  # about 200 MB
 

@@ -189,16 +189,21 @@ def get_session(master: str | None = None, remote: str | None = None,
     return session
 
 
+# Changes with what build_class_archive puts in an archive, so that none built the older way is mapped.
+_ARCHIVE_RECIPE = "recipe 2: no @lambda-form-invoker classes"
+
+
 def class_archive() -> Path | None:
     """Where this user's archive of the classes a local session's JVM loads belongs (Java's class-data sharing;
-    see :func:`build_class_archive`), named by the Java and the Spark jars it is for: a new install of either
-    looks for another file, so a session never maps an archive made for other jars. None without Java."""
+    see :func:`build_class_archive`), named by the Java and the Spark jars it is for and by how it is built: a new
+    install of either, or of cdclake, looks for another file, so a session never maps an archive made for other
+    jars. None without Java."""
     found = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     if found is None or not Path(found).is_file():
         return None
     java = Path(found).resolve()  # as Spark's launcher finds it: JAVA_HOME, else the PATH
     jars = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "jars"
-    described = [f"{java} {java.stat().st_size} {java.stat().st_mtime_ns}"]
+    described = [_ARCHIVE_RECIPE, f"{java} {java.stat().st_size} {java.stat().st_mtime_ns}"]
     for jar in sorted(jars.glob("*.jar")):
         status = jar.stat()
         described.append(f"{jar} {status.st_size} {status.st_mtime_ns}")
@@ -218,8 +223,8 @@ def _trusted(archive: Path) -> bool:
 def build_class_archive(train: Callable[[SparkSession], object], say: Callable[[str], None] = logger.info) -> Path:
     """Runs ``train`` in a new local session whose JVM lists every class it loads, then has Java archive those
     classes where :func:`class_archive` says. Each later local session maps the archive instead of loading and
-    verifying the classes one by one: starting Spark took 2.6-2.8 s instead of 4.8-5.2 s, and a first small
-    run 9.0-9.4 s instead of 10.9-11.5 s (measured on this 2-core host, 2026-11-27). Java archives only what
+    verifying the classes one by one: starting Spark took 3.6-3.8 s instead of 6.1-6.7 s, and a first small
+    run was about 2 s shorter (measured on this 2-core host, 2026-11-27). Java archives only what
     it can read the same way later; a class it skips (from a signed jar, say) loads as before. The archive
     (about 200 MB) replaces those of earlier installs. Needs a process without a Spark session, as a session's
     JVM options are fixed when it starts."""
@@ -242,7 +247,14 @@ def build_class_archive(train: Callable[[SparkSession], object], say: Callable[[
             train(spark)
         finally:
             spark.stop()
-        classes = sum(1 for line in listed.read_text().splitlines() if line and not line.startswith("#"))
+        # A "@lambda-form-invoker" line has Java generate method-handle classes (BoundMethodHandle species) into
+        # the archive that no jar or module holds: with a class file load hook active (a Java agent, a flight
+        # recording started with the JVM), Java 17 crashed (SIGSEGV in check_shared_class_file_load_hook) on
+        # loading one. Without them, starting Spark took about 0.3 s longer; nothing else changed.
+        kept = [line for line in listed.read_text().splitlines()
+                if line and not line.startswith(("#", "@lambda-form-invoker"))]
+        listed.write_text("\n".join(kept) + "\n")
+        classes = len(kept)
         say(f"Archiving the {classes:,} classes the JVM loaded (about half a minute)…")
         built = Path(tmp, target.name)
         done = subprocess.run([str(java), "-Xshare:dump", f"-XX:SharedClassListFile={listed}",
