@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake.spark import session
 from cdclake.spark.session import LOCAL_DEFAULTS, _trusted, class_archive, session_settings
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -90,7 +91,7 @@ def test_the_users_own_jvm_options_keep_the_archive_unless_they_choose_how_class
         assert session_settings(None, None, "/opt/python", {JAVA_OPTIONS: sharing}, archive)[JAVA_OPTIONS] == sharing
 
 
-def test_the_archive_is_named_by_the_java_and_the_jars_it_is_for(tmp_path, monkeypatch):
+def test_the_archive_is_named_by_the_java_the_jars_and_the_recipe_it_is_for(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
     jars = tmp_path / "spark" / "jars"
@@ -104,6 +105,9 @@ def test_the_archive_is_named_by_the_java_and_the_jars_it_is_for(tmp_path, monke
     (jars / "spark-core.jar").write_bytes(b"1")
     os.utime(jars / "spark-core.jar", ns=(0, 0))
     assert class_archive() != first
+    before = class_archive()
+    monkeypatch.setattr(session, "_ARCHIVE_RECIPE", "built another way")
+    assert class_archive() != before
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
     assert class_archive() is None
 

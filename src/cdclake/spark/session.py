@@ -25,6 +25,7 @@ from cdclake.atomic import write_atomic
 
 logger = logging.getLogger(__name__)
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 LOCAL_DEFAULTS: dict[str, str] = {
     # Decoded values are UTC text; Spark must not shift them into the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -46,7 +47,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     # Throughput over pause times: on 2 cores G1's concurrent work competes with the tasks. The parallel collector
     # took the benchmark's first end-to-end run from 23.0 to 19.8 s, warm runs alike (benchmarks/results.md).
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    JAVA_OPTIONS: "-XX:+UseParallelGC",
     # Every Python process Spark starts imports numpy, whose OpenBLAS then starts a thread per core that spins for
     # about 0.1 s of CPU (measured: importing numpy took 0.18 CPU-s, 0.08 with one thread), beside the tasks on
     # these cores. A run starts several such processes, and the streaming query waits for each of its helpers;
@@ -129,7 +130,6 @@ def _written(base: Path, text: str) -> Path:
 PER_SESSION = ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # JVM options that choose an archive, turn sharing off, or list classes for a new archive: a second archive would
 # override or spoil them.
 _SHARING_OPTION = re.compile(r"-Xshare|SharedArchiveFile|DumpLoadedClassList|ArchiveClassesAtExit")
