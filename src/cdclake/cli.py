@@ -416,7 +416,11 @@ def class_archive(
             if not D.run(Path(tmp, "demo"), events=events, say=lambda _: None):
                 raise RuntimeError("the training run's lake differs from its sample data")
 
-        path = build_class_archive(train, say=typer.echo)
+        try:
+            path = build_class_archive(train, say=typer.echo)
+        except (OSError, RuntimeError) as exc:  # no cache directory, no Java, a failed training run or dump
+            typer.echo(f"cdclake: class-archive: {exc}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(f"Local Spark sessions now start from {path} ({path.stat().st_size / 2**20:,.0f} MiB).")
 
 
