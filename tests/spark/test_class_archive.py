@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from cdclake.spark import session
-from cdclake.spark.session import LOCAL_DEFAULTS, _trusted, class_archive, session_settings
+from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, _trusted, class_archive, session_settings
 
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CDCLAKE = str(Path(sys.executable).with_name("cdclake"))
 
 # What the new session's JVM runs with: "sharing" in java.vm.info means it maps class-data archives, and a JVM
 # told to map one it cannot maps none at all, so "sharing" with this option means it maps this archive.
@@ -53,8 +53,7 @@ def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_old
     older = archive.with_name("spark-classes-0123456789abcdef.jsa")
     older.parent.mkdir(mode=0o700, parents=True)
     older.write_bytes(b"an archive of another install")
-    cdclake = Path(sys.executable).with_name("cdclake")
-    built = subprocess.run([str(cdclake), "class-archive", "--events", "20"], env=in_cache(tmp_path),
+    built = subprocess.run([CDCLAKE, "class-archive", "--events", "20"], env=in_cache(tmp_path),
                            capture_output=True, text=True, timeout=1200, check=False)
     try:
         assert built.returncode == 0, built.stdout + built.stderr
@@ -127,7 +126,7 @@ def test_the_command_says_why_it_cannot_build_an_archive(tmp_path):
     not_a_directory = tmp_path / "cache"
     not_a_directory.write_text("")
     # A process of its own: in this one another test's Spark session may be running, which the command refuses.
-    result = subprocess.run([str(Path(sys.executable).with_name("cdclake")), "class-archive"],
+    result = subprocess.run([CDCLAKE, "class-archive"],
                             env=in_cache(not_a_directory), capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 1
     assert result.stderr.startswith("cdclake: class-archive: ") and str(not_a_directory) in result.stderr
