@@ -93,8 +93,8 @@ def test_an_unreadable_line_of_a_captured_file_fails_with_the_reader_reason_and_
     path.write_bytes(captured_line(good) + b"\n" + message + b"\n" + b'{"topic": "t", "par\n')
     batches = list(files.read_segment(str(path), 0, 3))
     fmt = formats.create(name)
-    log = pa.Table.from_batches(list(decode_arrow_task(fmt, batches)) if arrow else
-                                list(decode_task(fmt, [[r for b in batches for r in records_from_arrow(b)]])))
+    log = changelog.flat(pa.Table.from_batches(list(decode_arrow_task(fmt, batches)) if arrow else
+                                     list(decode_task(fmt, [[r for b in batches for r in records_from_arrow(b)]]))))
     rows = log.filter(pa.compute.is_in(log["status"], pa.array(["event", "failed"]))).to_pylist()
     assert [(r["status"], r["offset"]) for r in rows] == [("event", 5), ("failed", 1), ("failed", 2)]
     assert rows[1]["error"].startswith(f"{path}:2: not a captured record")
@@ -133,7 +133,7 @@ def test_every_record_is_accounted_for_and_events_ranked_within_their_record():
     values = [_canal("a", "INSERT", 1, rows=3), b"{broken", _canal("a", "DELETE", 1), None,
               _canal("b", "UPDATE", 7)]
     records = [Record(topic="t", partition=0, offset=i, key=b"k", value=v) for i, v in enumerate(values)]
-    out = decode_batch(fmt, records).to_pylist()
+    out = changelog.flat(decode_batch(fmt, records)).to_pylist()
     assert [(r["offset"], r["status"], r["seq"]) for r in out] == [
         (0, "event", 0), (0, "event", 1), (0, "event", 2), (2, "event", 0), (4, "event", 0),
         (1, "failed", 0), (3, "skipped", 0), (None, "layout", 0), (4, "tally", 0)]
@@ -195,9 +195,10 @@ def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():
     batch = decode_batch(fmt, generated.records)
     assert batch.schema == CHANGELOG_ARROW
     events = fmt.decode(generated.records).events
-    rows = [r for r in batch.to_pylist() if r["status"] == "event"]
-    tallies = [r for r in batch.to_pylist() if r["status"] == "tally"]
-    listed = {r["layout"]: json.loads(r["columns"]) for r in batch.to_pylist() if r["status"] == "layout"}
+    log = changelog.flat(batch).to_pylist()
+    rows = [r for r in log if r["status"] == "event"]
+    tallies = [r for r in log if r["status"] == "tally"]
+    listed = {r["layout"]: json.loads(r["columns"]) for r in log if r["status"] == "layout"}
     # Every record made events; each table's column list is listed once.
     assert len(rows) == len(events) and len(batch) == len(rows) + len(tallies) + len(listed) and len(listed) == 2
     assert sum(t["records"] for t in tallies) == len(generated.records)
@@ -313,7 +314,7 @@ def _changelog(fmt: Any, tasks: list[list[Record]], reduce: bool, batch_rows: in
     rows: list[dict] = []
     for task in tasks:
         batches = [task[i:i + batch_rows] for i in range(0, len(task), batch_rows)]
-        rows += [r for b in decode_task(fmt, batches, reduce) for r in b.to_pylist()]
+        rows += [r for b in decode_task(fmt, batches, reduce) for r in changelog.flat(b).to_pylist()]
     return rows
 
 
@@ -373,7 +374,7 @@ def test_a_change_without_commit_ts_gets_its_partition_latest_commit_ts_and_is_n
               _untimed_canal("DELETE", 2, 200), _untimed_canal("DELETE", 1, None)]
     records = [Record(topic="t", partition=3, offset=10 + i, value=v) for i, v in enumerate(values)]
     for reduce in (False, True):
-        rows = [r for r in decode_batch(fmt, records, reduce).to_pylist() if r["status"] == "event"]
+        rows = [r for r in changelog.flat(decode_batch(fmt, records, reduce)).to_pylist() if r["status"] == "event"]
         untimed = sorted((r["offset"], r["partition_ts"]) for r in rows if r["commit_ts"] is None)
         assert untimed == [(12, 300), (14, 300)]
         assert all(r["partition_ts"] is None for r in rows if r["commit_ts"] is not None)
@@ -404,3 +405,28 @@ def test_the_arrow_reduction_keeps_each_key_newest_change_as_python_order_would(
             expected[identity] = (order, change["after"])
     got = CL._newest(held).to_pylist()
     assert sorted(r["after"] for r in got) == sorted(after for _, after in expected.values())
+
+
+_FLAT_VALUES = {pa.string(): st.none() | st.text(max_size=4), pa.binary(): st.none() | st.binary(max_size=4),
+                pa.int64(): st.none() | st.integers(-(2**63), 2**63 - 1), pa.int32(): st.none() | st.integers(0, 9),
+                pa.bool_(): st.none() | st.booleans()}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.fixed_dictionaries({f.name: _FLAT_VALUES[f.type] for f in changelog.FLAT_ARROW}), max_size=6))
+def test_details_nest_and_flatten_back_unchanged_and_are_null_in_a_row_without_any(rows):
+    table = pa.Table.from_pylist(rows, schema=changelog.FLAT_ARROW)
+    nested = changelog.nested(table)
+    assert nested.schema == CHANGELOG_ARROW
+    assert changelog.flat(nested).equals(table)
+    assert [r["detail"] is None for r in nested.to_pylist()] == [
+        all(r[name] is None for name in changelog.DETAIL_ARROW.names) for r in rows]
+
+
+def test_changes_held_by_an_older_cdclake_read_with_the_columns_it_lacked_null():
+    # It wrote no column list id (layout), no partition_ts and no input; Delta may give strings back as large ones.
+    older = pa.table({"status": ["event"], "kind": ["row"], "key": pa.array(["[1]"], pa.large_string()),
+                      "columns": ["[]"], "partition": pa.array([0], pa.int32()), "offset": [3], "raw_value": [b"v"]})
+    (row,) = changelog.nested(older).to_pylist()
+    assert (row["key"], row["offset"], row["layout"]) == ("[1]", 3, None)
+    assert row["detail"] == {**dict.fromkeys(changelog.DETAIL_ARROW.names), "columns": "[]", "raw_value": b"v"}

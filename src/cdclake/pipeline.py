@@ -238,26 +238,22 @@ class BatchApplier:
         combined = log
         if earlier is not None and earlier.num_rows:
             # The batch's own session: with Spark Connect this runs in the server's foreachBatch worker.
-            for column in CL.CHANGELOG_ARROW:  # snapshots held by an older cdclake lack the newer columns
-                if column.name not in earlier.column_names:
-                    earlier = earlier.append_column(column, pa.nulls(earlier.num_rows, column.type))
-            before = records.sparkSession.createDataFrame(earlier.select(log.columns).cast(CL.CHANGELOG_ARROW),
-                                                          schema=log.schema)
+            before = records.sparkSession.createDataFrame(CL.nested(earlier), schema=log.schema)
             combined = log.unionByName(before)
-            raw = raw.unionByName(before.select("topic", "partition", "offset", F.col("raw_key").alias("key"),
-                                                F.col("raw_value").alias("value"))
+            raw = raw.unionByName(before.select("topic", "partition", "offset", F.col("detail.raw_key").alias("key"),
+                                                F.col("detail.raw_value").alias("value"))
                                   .dropDuplicates(["topic", "partition", "offset"]))
         waiting = F.coalesce((F.col("status") == "event") & (F.col("kind") != "resolved")
                              & (F.col("commit_ts") > F.lit(report.consistent_ts)), F.lit(False))
         # A held change keeps its column list itself: the rows that list it by id stay with this batch.
-        listed = (log.filter(F.col("status") == "layout").select("layout", F.col("columns").alias("_listed"))
+        listed = (log.filter(F.col("status") == "layout").select("layout", F.col("detail.columns").alias("_listed"))
                   .dropDuplicates(["layout"]))
-        later = (combined.filter(waiting).drop("raw_key", "raw_value")
+        later = (CL.flattened(combined.filter(waiting)).drop("raw_key", "raw_value")
                  .join(raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
                        ["topic", "partition", "offset"], "left")
                  .join(F.broadcast(listed), "layout", "left")
                  .withColumn("columns", F.coalesce("columns", "_listed"))
-                 .select(*log.columns).persist())
+                 .select(*CL.FLAT_ARROW.names).persist())
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
@@ -536,7 +532,7 @@ class SourceRead:
     def records(self, changelog: DataFrame) -> DataFrame:
         """The records behind a changelog this source decoded, read again (in the changelog's own session: with
         Spark Connect, the server's foreachBatch worker)."""
-        inputs = [r[CL.INPUT] for r in changelog.filter(F.col("status") == CL.INPUT).select(CL.INPUT).collect()]
+        inputs = [r[0] for r in changelog.filter(F.col("status") == CL.INPUT).select(f"detail.{CL.INPUT}").collect()]
         return reread(changelog.sparkSession, self.data_source, self.options, inputs)
 
 

@@ -41,7 +41,7 @@ def _changelog(records: list[Record], options: dict[str, str], reduce: bool, com
         batches = CL.decode_arrow_task(fmt, [records_to_arrow(c) for c in chunks], reduce)
     else:
         batches = CL.decode_task(fmt, chunks, reduce)
-    return pa.Table.from_batches(list(batches), schema=CL.CHANGELOG_ARROW).sort_by(_ORDER)
+    return CL.flat(pa.Table.from_batches(list(batches), schema=CL.CHANGELOG_ARROW)).sort_by(_ORDER)
 
 
 def assert_same_changelog(records: list[Record], options: dict[str, str] | None = None, reduce: bool = False) -> None:
@@ -410,6 +410,7 @@ def test_a_batch_with_a_record_ordered_by_its_partition_takes_the_python_path():
                       "mysqlType": {"id": "int"}, "data": [{"id": "1"}]}).encode()
     records = [Record(value=v, offset=i) for i, v in enumerate([row, ddl, row])]
     assert_same_changelog(records)
-    log = pa.Table.from_batches(list(CL.decode_arrow_task(formats.create("canal-json"), [records_to_arrow(records)])))
+    log = CL.flat(pa.Table.from_batches(list(CL.decode_arrow_task(formats.create("canal-json"),
+                                                                  [records_to_arrow(records)]))))
     ddl_row = log.filter(pc.equal(log["kind"], "ddl")).to_pylist()[0]
     assert ddl_row["commit_ts"] is None and ddl_row["partition_ts"] == 7

@@ -127,8 +127,8 @@ def test_a_decoding_read_gives_the_changelog_of_its_records_and_reads_them_again
     changes = decoded.filter("status = 'event'").toArrow()
     assert sorted(json.loads(k)[0] for k in changes["key"].to_pylist()) == list(range(30))
     (failed,) = decoded.filter("status = 'failed'").collect()
-    assert (failed.partition, failed.raw_value) == (1, b"{not json")
-    inputs = [r[CL.INPUT] for r in decoded.filter(f"status = '{CL.INPUT}'").collect()]
+    assert (failed.partition, failed.detail.raw_value) == (1, b"{not json")
+    inputs = [r.detail[CL.INPUT] for r in decoded.filter(f"status = '{CL.INPUT}'").collect()]
     assert sorted((json.loads(i)["partition"], json.loads(i)["end"]) for i in inputs) == [(0, 15), (1, 16)]
     again = reread(spark, "cdclake-kafka", {"kafka.bootstrap.servers": broker.servers, "subscribe": topic,
                                             "includeHeaders": "true", "decode": "canal-json"}, inputs)

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from cdclake import formats
 from cdclake.formats.base import layout_id
 from cdclake.sources.files import UNREADABLE_HEADER
-from cdclake.spark.changelog import AFTER_MAP, CHANGELOG_ARROW, RECORD_SCHEMA, decode
+from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
 from cdclake.spark.planner import RowStep, plan
 
 pytestmark = pytest.mark.spark
@@ -30,8 +30,8 @@ def changelog(spark, rows: list[dict], tasks: list[list[dict]] | None = None):
         full.append({"status": "tally", "topic": "t", "partition": 0, "first_offset": min(r["offset"] for r in task),
                      "offset": max(r["offset"] for r in task), "commit_ts": latest,
                      "records": len({r["offset"] for r in task}), "events": len(task)})
-    full = [{name: r.get(name) for name in CHANGELOG_ARROW.names} for r in full]
-    return spark.createDataFrame(pa.Table.from_pylist(full, schema=CHANGELOG_ARROW))
+    full = [{name: r.get(name) for name in FLAT_ARROW.names} for r in full]
+    return spark.createDataFrame(nested(pa.Table.from_pylist(full, schema=FLAT_ARROW)))
 
 
 def row(op: str, key: int, offset: int, commit_ts: int | None, name: str = "x") -> dict:
@@ -74,8 +74,8 @@ def test_a_column_list_named_by_id_or_carried_by_the_change_reads_alike(spark):
     named = {**row("c", 2, 1, 200), "columns": None, "layout": layout_id(text.encode())}
     listed = {"status": "layout", "layout": named["layout"], "columns": text}
     log = changelog(spark, [carried, named]).unionByName(
-        spark.createDataFrame(pa.Table.from_pylist([{n: listed.get(n) for n in CHANGELOG_ARROW.names}],
-                                                   schema=CHANGELOG_ARROW)))
+        spark.createDataFrame(nested(pa.Table.from_pylist([{n: listed.get(n) for n in FLAT_ARROW.names}],
+                                                          schema=FLAT_ARROW))))
     batch = plan(log)
     (step,) = batch.tables[("d", "t")]
     assert [(c.name, c.type) for c in step.columns] == [("id", "bigint"), ("name", "varchar(8)")]
@@ -152,7 +152,7 @@ def test_records_decode_whatever_their_headers_and_an_unreadable_line_keeps_its_
     rows = [{"key": None, "value": v, "topic": "in.jsonl", "partition": 0, "offset": i, "timestamp": None,
              "timestampType": None, "headers": unreadable if i == 1 else others} for i, v in enumerate(values)]
     records = spark.createDataFrame(rows, RECORD_SCHEMA)
-    out = decode(records, fmt.name).where("status in ('event', 'failed')").orderBy("offset").toArrow().to_pylist()
+    out = flat(decode(records, fmt.name).where("status in ('event', 'failed')").orderBy("offset").toArrow()).to_pylist()
     assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
     assert out[1]["error"] == "in.jsonl:2: not a captured record" and out[1]["raw_value"] == values[1]
     assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == ["0", "2"]

@@ -66,7 +66,7 @@ def test_a_source_that_decodes_gives_the_changelog_of_its_records(spark, tmp_pat
     assert _rows(ours) == _rows(expected)
     statuses = {r["status"]: r["n"] for r in ours.groupBy("status").count().withColumnRenamed("count", "n").collect()}
     assert statuses["failed"] == 3  # two messages that do not decode, one line that is no captured record
-    events = sum(r["events"] for r in ours.filter("status = 'tally'").collect())
+    events = sum(r.detail["events"] for r in ours.filter("status = 'tally'").collect())
     # Reduced: each file is one task's, with 20 keys each, and the message-per-line file's one.
     assert statuses["event"] == (41 if reduce else events)
 
@@ -76,7 +76,7 @@ def test_the_input_rows_of_a_decoded_batch_read_its_records_again(spark, tmp_pat
     options = {"path": path, "minPartitions": "3"}
     records = spark.read.format("cdclake-files").options(**options).load()
     decoded = spark.read.format("cdclake-files").options(**options, decode="canal-json", reduce="true").load()
-    inputs = [r[CL.INPUT] for r in decoded.filter(f"status = '{CL.INPUT}'").collect()]
+    inputs = [r.detail[CL.INPUT] for r in decoded.filter(f"status = '{CL.INPUT}'").collect()]
     assert len(inputs) == records.rdd.getNumPartitions() >= 3
     again = reread(spark, "cdclake-files", {**options, "decode": "canal-json", "reduce": "true"}, inputs)
     assert again.schema == records.schema and _rows(again) == _rows(records)
