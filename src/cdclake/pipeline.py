@@ -578,7 +578,9 @@ def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> Sou
         **({"subscribePattern": subscription.pattern} if subscription.pattern
            else {"subscribe": ",".join(subscription.topics)}),
         "startingOffsets": json.dumps(kafka.to_json(kafka.nest(start))) if start else "earliest",
-        "includeHeaders": "true",
+        # No format reads a header; and one named as the captured-records reader marks a line it could not read
+        # would make a producer's message a dead letter.
+        "includeHeaders": "false",
     }
     if source.max_records_per_batch:
         options["maxOffsetsPerTrigger"] = str(source.max_records_per_batch)

@@ -18,6 +18,7 @@ from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.lakecheck import differences as lake_differences
 from cdclake.records import Record
+from cdclake.sources.files import UNREADABLE_HEADER
 from tests.lake import lake_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -176,4 +177,18 @@ def test_capture_then_run_input_gives_the_tables_of_the_topic(spark, broker, tmp
     assert summary.total("records") == len(generated.records)
     assert _tables(from_files, generated.expected) == _tables(from_topic, generated.expected)
     problems = lake_differences(str(from_files), generated.expected, generated.key_names)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_message_with_a_header_named_as_the_file_reader_marks_a_line_is_applied(spark, broker, tmp_path):
+    """Only the captured-records reader marks a line it could not read, with a header of its own name; a Kafka
+    message that carries a header of that name is decoded and applied like any other (no format reads headers)."""
+    generated, decode = _generate("canal-json", {}, tmp_path, 300, 2, 0.0, broker.topic(1, "hdr"))
+    for record in generated.records[::3]:
+        record.headers = [(UNREADABLE_HEADER, b"set by a producer")]
+    broker.publish(generated.records, 2)
+    config = _kafka_config(tmp_path / "lake", broker, "canal-json", _topics(generated.records), decode)
+    summary = pipeline.run(config, spark=spark)
+    assert summary.total("records") == len(generated.records) and summary.total("dead_letters") == 0
+    problems = lake_differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)

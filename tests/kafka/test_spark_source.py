@@ -13,6 +13,7 @@ from cdclake import formats, pipeline
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import INSERT, ROW, ChangeEvent, Column
 from cdclake.records import Record
+from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark import changelog as CL
 from cdclake.spark.changelog import RECORD_SCHEMA
 from cdclake.spark.sources import reread
@@ -120,6 +121,8 @@ def test_a_decoding_read_gives_the_changelog_of_its_records_and_reads_them_again
     for i, record in enumerate(records):
         record.topic, record.partition = topic, i % 2
     records.append(Record(topic=topic, partition=1, value=b"{not json"))
+    # A producer's header named as the captured-records reader marks a line it could not read: no failure here.
+    records[3].headers = [(UNREADABLE_HEADER, b"set by a producer")]
     broker.publish(records, 2)
     plain = _reader(spark, broker, subscribe=topic, includeHeaders="true")
     decoded = _reader(spark, broker, subscribe=topic, includeHeaders="true", decode="canal-json", reduce="true")

@@ -254,8 +254,9 @@ def _read_range(opts: K.SourceOptions, partition: InputPartition,
     rng = partition.range
     if rng is None:
         return
+    # Decoding reads no header; one named as the captured-records reader marks a line would fail its message.
     records = K.read_arrow(opts.settings, rng, fail_on_data_loss=opts.fail_on_data_loss,
-                           include_headers=opts.include_headers)
+                           include_headers=opts.include_headers and decoding is None)
     yield from decoding.changelog(records, dataclasses.asdict(rng)) if decoding else records
 
 
