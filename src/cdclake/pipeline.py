@@ -248,7 +248,7 @@ class BatchApplier:
         # A held change keeps its column list itself: the rows that list it by id stay with this batch.
         listed = (log.filter(F.col("status") == "layout").select("layout", F.col("detail.columns").alias("_listed"))
                   .dropDuplicates(["layout"]))
-        later = (CL.flattened(combined.filter(waiting)).drop("raw_key", "raw_value")
+        later = (CL.flat_frame(combined.filter(waiting)).drop("raw_key", "raw_value")
                  .join(raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
                        ["topic", "partition", "offset"], "left")
                  .join(F.broadcast(listed), "layout", "left")

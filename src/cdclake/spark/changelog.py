@@ -597,7 +597,7 @@ def flat(changelog: pa.Table | pa.RecordBatch) -> pa.Table:
         FLAT_ARROW.names)
 
 
-def flattened(changelog: DataFrame) -> DataFrame:
+def flat_frame(changelog: DataFrame) -> DataFrame:
     """The changelog with its details as columns of their own (:data:`FLAT_ARROW`)."""
     return changelog.select(*[F.col(f"{DETAIL}.{f.name}").alias(f.name) if f.name in DETAIL_ARROW.names
                               else F.col(f.name) for f in FLAT_ARROW])
