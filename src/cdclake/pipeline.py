@@ -240,13 +240,13 @@ class BatchApplier:
             # The batch's own session: with Spark Connect this runs in the server's foreachBatch worker.
             before = records.sparkSession.createDataFrame(CL.nested(earlier), schema=log.schema)
             combined = log.unionByName(before)
-            raw = raw.unionByName(before.select("topic", "partition", "offset", F.col("detail.raw_key").alias("key"),
-                                                F.col("detail.raw_value").alias("value"))
+            raw = raw.unionByName(before.select("topic", "partition", "offset", CL.detail("raw_key").alias("key"),
+                                                CL.detail("raw_value").alias("value"))
                                   .dropDuplicates(["topic", "partition", "offset"]))
         waiting = F.coalesce((F.col("status") == "event") & (F.col("kind") != "resolved")
                              & (F.col("commit_ts") > F.lit(report.consistent_ts)), F.lit(False))
         # A held change keeps its column list itself: the rows that list it by id stay with this batch.
-        listed = (log.filter(F.col("status") == "layout").select("layout", F.col("detail.columns").alias("_listed"))
+        listed = (log.filter(F.col("status") == "layout").select("layout", CL.detail("columns").alias("_listed"))
                   .dropDuplicates(["layout"]))
         later = (CL.flat_frame(combined.filter(waiting)).drop("raw_key", "raw_value")
                  .join(raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
@@ -532,7 +532,7 @@ class SourceRead:
     def records(self, changelog: DataFrame) -> DataFrame:
         """The records behind a changelog this source decoded, read again (in the changelog's own session: with
         Spark Connect, the server's foreachBatch worker)."""
-        inputs = [r[0] for r in changelog.filter(F.col("status") == CL.INPUT).select(f"detail.{CL.INPUT}").collect()]
+        inputs = [r[0] for r in changelog.filter(F.col("status") == CL.INPUT).select(CL.detail(CL.INPUT)).collect()]
         return reread(changelog.sparkSession, self.data_source, self.options, inputs)
 
 

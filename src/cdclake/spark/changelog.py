@@ -597,10 +597,14 @@ def flat(changelog: pa.Table | pa.RecordBatch) -> pa.Table:
         FLAT_ARROW.names)
 
 
+def detail(name: str) -> F.Column:
+    """A field of a changelog DataFrame's ``detail``, named as its flat column."""
+    return F.col(f"{DETAIL}.{name}").alias(name)
+
+
 def flat_frame(changelog: DataFrame) -> DataFrame:
     """The changelog with its details as columns of their own (:data:`FLAT_ARROW`)."""
-    return changelog.select(*[F.col(f"{DETAIL}.{f.name}").alias(f.name) if f.name in DETAIL_ARROW.names
-                              else F.col(f.name) for f in FLAT_ARROW])
+    return changelog.select(*[detail(f.name) if f.name in DETAIL_ARROW.names else F.col(f.name) for f in FLAT_ARROW])
 
 
 def decode_task(fmt: Format, batches: Iterable[list[Record]], reduce: bool = False) -> Iterator[pa.RecordBatch]:

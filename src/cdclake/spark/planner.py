@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from cdclake import ddl as DDL
 from cdclake import types as T
 from cdclake.events import Column
-from cdclake.spark.changelog import AFTER_MAP, INPUT
+from cdclake.spark.changelog import AFTER_MAP, INPUT, detail
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
@@ -241,7 +241,7 @@ def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column
     def here(topic: str, partition: int) -> F.Column:
         return (F.col("topic") == topic) & (F.col("partition") == partition)
 
-    candidates = [F.col("detail.partition_ts")]
+    candidates = [detail("partition_ts")]
     # A partition that one task read needs no term of its own: that task saw everything before its changes.
     tasks_per_partition = Counter((t["topic"], t["partition"]) for t in tallies)
     candidates += [F.when(here(t["topic"], t["partition"]) & (F.col("offset") > t["offset"]), F.lit(t["commit_ts"]))
@@ -256,9 +256,9 @@ def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column
 def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
     """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
     # The tallies, the column lists and the counts of records without events, in one small job.
-    tally = F.struct("topic", "partition", F.col("detail.first_offset").alias("first_offset"), "offset", "commit_ts",
-                     F.col("detail.records").alias("records"), F.col("detail.events").alias("events"))
-    listing = F.struct("layout", F.col("detail.columns").alias("columns"))
+    tally = F.struct("topic", "partition", detail("first_offset"), "offset", "commit_ts", detail("records"),
+                     detail("events"))
+    listing = F.struct("layout", detail("columns"))
     summary = (changelog.filter(~F.col("status").isin("event", INPUT))
                .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"),
                         F.when(F.col("status") == "layout", listing).alias("listed"))
@@ -283,7 +283,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
     control_rows = (events.filter(F.col("kind").isin("ddl", "truncate"))
-                    .select("database", "table", "kind", F.col("detail.ddl").alias("ddl"), "_cdc_seq").distinct()
+                    .select("database", "table", "kind", detail("ddl"), "_cdc_seq").distinct()
                     .orderBy("_cdc_seq").collect())
     ddls: dict[TableName, list[str]] = defaultdict(list)
     steps: dict[TableName, list[Step]] = defaultdict(list)
@@ -296,7 +296,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         ddls[name].append(r["_cdc_seq"])
 
     rows = (events.filter(F.col("kind") == "row").withColumn("segment", _segment_expr(ddls))
-            .withColumn("columns", F.col("detail.columns")))
+            .withColumn("columns", detail("columns")))
     # An update that moves a row also deletes its old key: one more row made from the same row (an explode, not a
     # union, which would scan the cached changelog a second time).
     moves = F.coalesce((F.col("op") == "u") & (F.col("before_key") != F.col("key")), F.lit(False))
@@ -339,8 +339,8 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
             last_seq[name] = max(last_seq.get(name, ""), *ddl_seqs)
 
     dead = changelog.filter(F.col("status") == "failed").select(
-        "topic", "partition", "offset", F.col("detail.raw_key").alias("key"), F.col("detail.raw_value").alias("value"),
-        "format", F.col("detail.error").alias("reason"))
+        "topic", "partition", "offset", detail("raw_key").alias("key"), detail("raw_value").alias("value"), "format",
+        detail("error").alias("reason"))
     return BatchPlan(dict(steps), _order_tables(steps), dead, dict(counts), last_seq, partition_ts,
                      sum(t["records"] for t in tallies), offsets, net)
 

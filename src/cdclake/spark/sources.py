@@ -32,7 +32,8 @@ class Decoding(NamedTuple):
     from Python to the JVM and back to Python, which costs more than decoding them. ``decodeOptions`` holds the
     format's options as a JSON object; ``reduce = true`` sends only each key's newest row change of a task. Each
     task ends with an ``input`` row naming what it read: a batch read with the option ``inputs`` reads the same
-    records again (see :func:`reread`)."""
+    records again (see :func:`reread`). Decoding reads no Kafka header (``includeHeaders`` is for records read
+    without it)."""
 
     format: str
     options: dict[str, str]
