@@ -21,7 +21,9 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +39,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from cdclake import formats, lakecheck, pipeline, workload  # noqa: E402
 from cdclake.config import PipelineConfig, SourceConfig  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
-from cdclake.spark.session import JAVA_OPTIONS, get_session, task_slots  # noqa: E402
+from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session, task_slots  # noqa: E402
 
 TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "timestamp(6)", "varchar(255)",
          "date", "json")
@@ -149,6 +151,9 @@ def python_costs(records_dir: Path, lines: int = 100_000) -> dict[str, float]:
 
 WARM_RUNS = 3
 
+# `cdclake run` commands of each kind (see command_run).
+COMMAND_RUNS = 2
+
 # Batches of at most this many records, for the bounded run (a run with cdclake's defaults takes all in one).
 BOUNDED_BATCH = 500_000
 
@@ -170,6 +175,28 @@ def measured_run(spark, data: Path, lake: Path, generated: workload.Generated, m
     seconds, summary = end_to_end(spark, data, lake, max_records_per_batch)
     cpu = {kind: spent - cpu_before[kind] for kind, spent in cpu_seconds().items()}
     return seconds, summary, cpu, lakecheck.differences(str(lake), generated.expected, generated.key_names)
+
+
+def command_run(data: Path, lake: Path, generated: workload.Generated, short_run: bool
+                ) -> tuple[float, float, list[str]]:
+    """``cdclake run`` as a user runs it, in a new process: its wall and CPU seconds (every process under it), and
+    how the lake differs from the simulator's final state. Without ``short_run``, the JVM runs with both
+    compilers, as for a run with ``--follow``."""
+    lake.mkdir(parents=True)
+    options = "" if short_run else f'conf = {{ "{JAVA_OPTIONS}" = "{LOCAL_DEFAULTS[JAVA_OPTIONS]}" }}'
+    config = lake.parent / f"{lake.name}.toml"
+    config.write_text(f'name = "bench"\nlake = "{lake}"\n[spark]\n{options}\n[[source]]\nformat = "canal-json"\n'
+                      f'input = "{data / workload.RECORDS_DIR}"\n')
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([str(Path(sys.executable).with_name("cdclake")), "run", str(config)], capture_output=True,
+                          text=True, check=False)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"cdclake run failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, cpu, lakecheck.differences(str(lake), generated.expected, generated.key_names)
 
 
 def _batches(summary: pipeline.RunSummary) -> str:
@@ -296,6 +323,13 @@ def main() -> None:
         generated = _data(work / "data", args.events, args.keys)
         simulate_s = time.perf_counter() - started
         host_before = host_reference()
+        # One-off runs as users start them, before this process starts Spark (a process's JVM options are fixed
+        # once it has): alternating, as the host's speed drifts.
+        commands = {True: [], False: []}
+        for i in range(COMMAND_RUNS):
+            for short_run in (True, False):
+                commands[short_run].append(command_run(work / "data", work / f"lake-command-{short_run}-{i}",
+                                                       generated, short_run))
         keys = sum(len(rows) for rows in generated.expected.values())
         memory = PeakMemory()
         memory.start()
@@ -328,6 +362,8 @@ def main() -> None:
     apply_s = sum(b.apply_seconds for b in summary.batches)
     peaks = memory.peaks
     per_record = costs[READ] + costs[CHANGELOG]
+    short_s, full_s = (min(run[0] for run in commands[kind]) for kind in (True, False))
+    command_problems = [p for kind in commands.values() for run in kind for p in run[2]]
     lines = [
         f"## Pipeline ({dt.date.today()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"`benchmarks/pipeline.py --events {args.events}`)",
@@ -352,14 +388,25 @@ def main() -> None:
         f"| Spark reading the same files itself (its JSON reader, `unbase64`), then `from_json` + `explode` (best of "
         f"3) | {spark_reading_s:.1f} | {messages / spark_reading_s:,.0f} msg/s | cdclake's source: "
         f"{spark_reading_s / reading_s:.2f}× faster |",
-        f"| end to end: files → Delta current state, first run: the new JVM's first work (`cdclake run` defaults: "
-        f"one batch; starting Spark before it took {session_s:.1f} s more, "
+        f"| `cdclake run --format canal-json --input … --lake …` as a user starts it (a new process: Python, "
+        f"starting Spark, the run; the quick JIT of a run without `--follow`), {COMMAND_RUNS} runs: "
+        + ", ".join(f"{run[0]:.1f} s ({run[1]:.1f} CPU s)" for run in commands[True])
+        + f" | {short_s:.1f} | {events / short_s:,.0f} events/s | ≥ 100,000 events/s |",
+        "| the same command with both JIT compilers (as with `--follow`), alternating with the above: "
+        + ", ".join(f"{run[0]:.1f} s ({run[1]:.1f} CPU s)" for run in commands[False])
+        + f" | {full_s:.1f} | {events / full_s:,.0f} events/s | |",
+        f"| end to end in this process's session (both compilers), first run: the new JVM's first work (one batch; "
+        f"starting Spark before it took {session_s:.1f} s more, "
         f"{'mapping' if archived else 'without'} the archive of `cdclake class-archive`) | {e2e_s:.1f} | "
         f"{events / e2e_s:,.0f} events/s | ≥ 100,000 events/s |",
         f"| the same again, warm (median of {WARM_RUNS} more runs in the same session, each into a new lake) | "
         f"{warm_s:.1f} | {warm.total('events') / warm_s:,.0f} events/s | ≥ 100,000 events/s |",
         f"| warm, in batches of at most {BOUNDED_BATCH:,} records (`--max-records-per-batch`) | {bounded_s:.1f} | "
         f"{bounded.total('events') / bounded_s:,.0f} events/s | |",
+        "",
+        f"Each `cdclake run` lake {'equals' if not command_problems else 'DIFFERS from'} the simulator's final state"
+        f"{': ' + '; '.join(command_problems[:3]) if command_problems else ''}; the rate counts the best of "
+        f"each kind's runs, from the command's start to its end.",
         "",
         f"The decoder's share: Spark hands the records to Python and takes a column back in {handover_s:.1f} s "
         "before any decoding (Arrow conversions in the JVM; the changelog's way back costs more). At 3× Spark's "

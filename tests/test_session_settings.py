@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake.spark.session import LOCAL_DEFAULTS, PER_SESSION, session_settings
+from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, PER_SESSION, SHORT_RUN_JAVA_OPTIONS, session_settings
 
 
 @pytest.mark.parametrize(("master", "remote"), [(None, None), ("local[2]", None), (None, "local[2]")])
@@ -30,3 +30,12 @@ def test_a_connect_server_elsewhere_is_configured_once_the_session_exists():
 def test_the_users_settings_win(master, remote):
     mine = {"spark.sql.session.timeZone": "Asia/Tokyo", "spark.executor.memory": "8g"}
     assert session_settings(master, remote, "/opt/python", mine).items() >= mine.items()
+
+
+def test_a_short_run_on_this_machine_compiles_quickly_unless_the_user_chose_jvm_options():
+    assert session_settings(None, None, "/opt/python", short_run=True)[JAVA_OPTIONS] == (
+        f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} {SHORT_RUN_JAVA_OPTIONS}")
+    assert session_settings(None, None, "/opt/python")[JAVA_OPTIONS] == LOCAL_DEFAULTS[JAVA_OPTIONS]
+    mine = {JAVA_OPTIONS: "-Xss4m"}
+    assert session_settings(None, None, "/opt/python", mine, short_run=True)[JAVA_OPTIONS] == "-Xss4m"
+    assert JAVA_OPTIONS not in session_settings("yarn", None, "/opt/python", short_run=True)

@@ -335,7 +335,8 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
-    spark = spark or get_session(config.spark_master, config.spark_remote, config.spark_conf)
+    spark = spark or get_session(config.spark_master, config.spark_remote, config.spark_conf,
+                                 short_run=not config.follow)
     register(spark)
     compiled.warn_if_missing()
     summary = RunSummary()

@@ -409,6 +409,37 @@ def test_follow_applies_files_as_they_grow_and_never_reads_a_half_written_line(t
     assert not DeltaTable.is_deltatable(str(dead)) or not DeltaTable(str(dead)).to_pyarrow_table().num_rows, output
 
 
+# Starts a pipeline run in its own session and prints the highest tier the session's JVM compiles code to.
+JIT_TIER = """
+import os, sys, threading, time
+from pyspark import SparkContext
+from cdclake import pipeline
+from cdclake.config import PipelineConfig, SourceConfig
+config = PipelineConfig(lake=sys.argv[2], sources=[SourceConfig(format="canal-json", input=sys.argv[3])],
+                        follow=sys.argv[1] == "follow")
+threading.Thread(target=pipeline.run, args=(config,), daemon=True).start()
+for _ in range(1200):
+    if SparkContext._active_spark_context is not None:
+        break
+    time.sleep(0.1)
+jvm = SparkContext._active_spark_context._jvm
+kind = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+print(jvm.java.lang.management.ManagementFactory.getPlatformMXBean(kind).getVMOption("TieredStopAtLevel").getValue())
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(("mode", "tier"), [("once", "1"), ("follow", "4")])
+def test_a_run_that_stops_once_caught_up_compiles_quickly_and_a_following_one_fully(tmp_path, mode, tier):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1)]))
+    done = subprocess.run([sys.executable, "-c", JIT_TIER, mode, str(tmp_path / "lake"), str(tmp_path / "in")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == [tier]
+
+
 def test_a_run_killed_before_its_first_batch_was_logged_starts_again(spark, tmp_path):
     # A kill while Spark writes its first offset-log entry leaves the temporary file behind; Spark then
     # refuses to plan batch 0 into an offsets directory that is not empty.

@@ -56,6 +56,14 @@ LOCAL_DEFAULTS: dict[str, str] = {
 }
 
 
+# For a run that stops once it has caught up (no ``follow``), where the JVM compiles Spark's code only with its quick
+# compiler (C1): the optimising one (C2) spent about a third of a one-off run's CPU compiling, on the cores the tasks
+# need, and a run of a few million records ends before its faster code pays that back. Measured on this 2-core host
+# (benchmarks/results.md): `cdclake run` of 1,009,559 events took 23-28 s instead of 30 s; later runs in one session
+# were about a fifth slower, so a pipeline that follows its sources keeps both compilers.
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 # Run by Spark for each Python process it starts on this machine (see worker_python).
 _LAUNCHER = """#!/bin/sh
 # Written by cdclake: {python} without the zipped pyspark and py4j of {lib} on PYTHONPATH.
@@ -140,9 +148,10 @@ def _on_this_machine(master: str | None, remote: str | None) -> bool:
 
 
 def session_settings(master: str | None, remote: str | None, python: str, conf: Mapping[str, str] | None = None,
-                     archive: Path | None = None) -> dict[str, str]:
+                     archive: Path | None = None, short_run: bool = False) -> dict[str, str]:
     """The settings a new session is built with: ``conf`` over cdclake's. A session that runs on this machine gets
-    the tuning for it (``LOCAL_DEFAULTS``), and its JVM maps the ``archive`` of Spark's classes where there is one
+    the tuning for it (``LOCAL_DEFAULTS``, and ``SHORT_RUN_JAVA_OPTIONS`` for a ``short_run`` unless ``conf`` has JVM
+    options of its own), and its JVM maps the ``archive`` of Spark's classes where there is one
     (see :func:`build_class_archive`), with the JVM options of ``conf`` too unless they say how to share classes
     themselves; a cluster's session only what cdclake needs (``PER_SESSION``), since four shuffle partitions or this
     machine's memory would hold a cluster back. A Connect server elsewhere gets those once the session exists (see
@@ -150,6 +159,8 @@ def session_settings(master: str | None, remote: str | None, python: str, conf: 
     conf = dict(conf or {})
     if _on_this_machine(master, remote):
         settings = {**LOCAL_DEFAULTS, "spark.pyspark.python": python, **conf}
+        if short_run and JAVA_OPTIONS not in conf:
+            settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {SHORT_RUN_JAVA_OPTIONS}"
         options = settings.get(JAVA_OPTIONS, "")
         if archive is not None and not _SHARING_OPTION.search(options):
             settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={shlex.quote(str(archive))}".lstrip()
@@ -160,9 +171,12 @@ def session_settings(master: str | None, remote: str | None, python: str, conf: 
 
 
 def get_session(master: str | None = None, remote: str | None = None,
-                conf: Mapping[str, str] | None = None, app_name: str = "cdclake") -> SparkSession:
+                conf: Mapping[str, str] | None = None, app_name: str = "cdclake",
+                short_run: bool = False) -> SparkSession:
     """A Spark session. ``remote`` (``sc://host:port``) attaches to Spark Connect; ``master``
-    (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``."""
+    (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. ``short_run``: the session
+    serves one run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local
+    session starts."""
     # Workers must run this interpreter, or they cannot import cdclake's dependencies.
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", python)
@@ -171,7 +185,8 @@ def get_session(master: str | None = None, remote: str | None = None,
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
     archive = class_archive() if _on_this_machine(master, remote) else None
-    settings = session_settings(master, remote, python, conf, archive if archive and _trusted(archive) else None)
+    settings = session_settings(master, remote, python, conf, archive if archive and _trusted(archive) else None,
+                                short_run)
     for key, value in settings.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():
