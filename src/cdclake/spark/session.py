@@ -57,10 +57,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
 
 
 # For a run that stops once it has caught up (no ``follow``), where the JVM compiles Spark's code only with its quick
-# compiler (C1): the optimising one (C2) spent about a third of a one-off run's CPU compiling, on the cores the tasks
-# need, and a run of a few million records ends before its faster code pays that back. Measured on this 2-core host
-# (benchmarks/results.md): `cdclake run` of 1,009,559 events took 23-28 s instead of 30 s; later runs in one session
-# were about a fifth slower, so a pipeline that follows its sources keeps both compilers.
+# compiler (C1): compiling took about a third of a one-off run's CPU, on the cores the tasks need, and a run of a
+# few million records ends before the optimising compiler's (C2) faster code pays that back. `cdclake run` of the
+# benchmark's 1,009,559 events: median 26.2 s instead of 27.7 s (README); later runs in one session were about a
+# fifth slower, so a pipeline that follows its sources keeps both compilers.
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
