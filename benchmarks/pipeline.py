@@ -392,7 +392,7 @@ def main() -> None:
         f"| Spark reading the same files itself (its JSON reader, `unbase64`), then `from_json` + `explode` (best of "
         f"3) | {spark_reading_s:.1f} | {messages / spark_reading_s:,.0f} msg/s | cdclake's source: "
         f"{spark_reading_s / reading_s:.2f}× faster |",
-        f"| `cdclake run --format canal-json --input … --lake …` as a user starts it (a new process: Python, "
+        f"| `cdclake run PIPELINE.toml` (one Canal-JSON source) as a user starts it (a new process: Python, "
         f"starting Spark, the run; the quick JIT of a run without `--follow`), {COMMAND_RUNS} runs: "
         + ", ".join(f"{run[0]:.1f} s" for run in commands[True])
         + f" | {short_s:.1f} | {events / short_s:,.0f} events/s | ≥ 100,000 events/s |",

@@ -59,8 +59,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # For a run that stops once it has caught up (no ``follow``), where the JVM compiles Spark's code only with its quick
 # compiler (C1): compiling took about a third of a one-off run's CPU, on the cores the tasks need, and a run of a
 # few million records ends before the optimising compiler's (C2) faster code pays that back. `cdclake run` of the
-# benchmark's 1,009,559 events: median 26.2 s instead of 27.7 s (README); later runs in one session were about a
-# fifth slower, so a pipeline that follows its sources keeps both compilers.
+# benchmark's 1,009,559 events: medians 26.2 and 23.8 s instead of 27.7 and 30.5 s (README); later runs in one
+# session were about a fifth slower, so a pipeline that follows its sources keeps both compilers.
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
