@@ -1,9 +1,12 @@
-"""The local session: its Python processes import the installed pyspark (see ``session.worker_python``), and
-its batches to Python are bounded by records alone, and numpy's OpenBLAS starts no threads in them."""
+"""The local session: its Python processes, Spark's own helper among them, import the installed pyspark (see
+``session.worker_python``), its batches to Python are bounded by records alone, and numpy's OpenBLAS starts no
+threads in them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pyspark
 import pytest
@@ -45,3 +48,29 @@ def test_the_local_sessions_python_processes_run_numpys_openblas_on_one_thread(s
             yield pa.RecordBatch.from_pydict({"threads": [os.environ.get("OPENBLAS_NUM_THREADS")] * batch.num_rows})
 
     assert {row.threads for row in spark.range(4).mapInArrow(setting, "threads string").collect()} == {"1"}
+
+
+# A module that Spark's search for installed Python data sources imports (it imports every ``pyspark_*`` module it
+# finds): it writes down the pyspark its process imported.
+PROBE = """
+import os, pyspark
+with open(os.environ["CDCLAKE_PROBE_OUT"], "a") as out:
+    out.write(pyspark.__file__ + "\\n")
+"""
+FIRST_READ = """
+from cdclake.spark.session import get_session
+from cdclake.spark.sources import register
+register(get_session())
+"""
+
+
+def test_sparks_own_search_for_python_data_sources_runs_through_the_launcher(tmp_path):
+    # The JVM reads the variable it starts that search with once, at its start: a session of its own.
+    (tmp_path / "pyspark_cdclake_probe.py").write_text(PROBE)
+    out = tmp_path / "imported"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_")}
+    env.update(PYTHONPATH=str(tmp_path), CDCLAKE_PROBE_OUT=str(out))
+    done = subprocess.run([sys.executable, "-c", FIRST_READ], env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert out.read_text().splitlines() == [pyspark.__file__]  # not the zipped copy

@@ -177,10 +177,12 @@ def get_session(master: str | None = None, remote: str | None = None,
     (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. ``short_run``: the session
     serves one run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local
     session starts."""
-    # Workers must run this interpreter, or they cannot import cdclake's dependencies.
+    # Workers must run this interpreter, or they cannot import cdclake's dependencies. The JVM runs its one search
+    # for installed Python data sources (a new session's first read) with PYSPARK_DRIVER_PYTHON: through the
+    # launcher as well, that took 0.53 s instead of 1.5 s, which went on compiling pyspark from its zip.
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", python)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
