@@ -177,9 +177,9 @@ def get_session(master: str | None = None, remote: str | None = None,
     (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. ``short_run``: the session
     serves one run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local
     session starts."""
-    # Workers must run this interpreter, or they cannot import cdclake's dependencies. The JVM runs its one search
-    # for installed Python data sources (a new session's first read) with PYSPARK_DRIVER_PYTHON: through the
-    # launcher as well, that took 0.53 s instead of 1.5 s, which went on compiling pyspark from its zip.
+    # Workers must run this interpreter, or they cannot import cdclake's dependencies. The JVM starts its one search
+    # for installed Python data sources (at a new session's first read) with PYSPARK_DRIVER_PYTHON: from the bare
+    # interpreter it compiled pyspark from the zip, 1.5 s against 0.53 s through the launcher.
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
