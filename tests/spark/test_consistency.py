@@ -9,8 +9,6 @@ up to the commit ts the batch published."""
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from cdclake.lakecheck import differences
 from cdclake.records import Record, write_records
 from cdclake.sinks.delta import CONSISTENT_UP_TO
 from cdclake.status import collect
+from tests.crashes import crash_at_every_point_then_finish
 
 pytestmark = pytest.mark.spark
 
@@ -166,19 +165,17 @@ def test_resolved_ts_needs_a_format_that_sends_resolved_timestamps(tmp_path):
         SourceConfig(format="ticdc-open", input=str(tmp_path), consistency="eventual").validate()
 
 
-@pytest.mark.parametrize("point", ["before-merge", "after-merge", "before-checkpoint"])
-def test_crash_with_held_changes_is_applied_exactly_once(tmp_path, point):
+def test_crash_with_held_changes_is_applied_exactly_once(tmp_path):
     changes, records, states = _simulate("ticdc-open", {}, seed=3)
     data, lake = tmp_path / "data", tmp_path / "lake"
     _write_uneven(records, data)
-    command = [sys.executable, "-m", "cdclake", "run", "--format", "ticdc-open", "--input", str(data),
-               "--lake", str(lake), "--max-records-per-batch", "19", "--consistency", "resolved-ts"]
-    crashed = subprocess.run(command, env={**os.environ, "CDCLAKE_FAILPOINT": point}, capture_output=True,
-                             timeout=600, check=False)
-    assert crashed.returncode == 86, crashed.stderr.decode()[-2000:]
-    assert DeltaTable.is_deltatable(str(lake / "_cdclake" / "held")), "the crash came with changes held"
-    finished = subprocess.run(command, capture_output=True, timeout=600, check=False)
-    assert finished.returncode == 0, finished.stderr.decode()[-2000:]
+
+    def changes_were_held(point: str) -> None:
+        assert DeltaTable.is_deltatable(str(lake / "_cdclake" / "held")), f"{point}: the crash came with changes held"
+
+    crash_at_every_point_then_finish(
+        [sys.executable, "-m", "cdclake", "run", "--format", "ticdc-open", "--input", str(data), "--lake", str(lake),
+         "--max-records-per-batch", "19", "--consistency", "resolved-ts"], changes_were_held)
     last_ts = max(e.commit_ts or 0 for e in changes)
     final = differences(str(lake), *_state_at(states, last_ts))
     assert not final, "\n".join(final)
