@@ -156,3 +156,33 @@ def test_records_decode_whatever_their_headers_and_an_unreadable_line_keeps_its_
     assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
     assert out[1]["error"] == "in.jsonl:2: not a captured record" and out[1]["raw_value"] == values[1]
     assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == ["0", "2"]
+
+
+def test_types_are_inferred_per_table_and_segment_in_one_batch(spark):
+    """One job infers every table's and segment's types: a column named alike in each is typed by its own values."""
+    def change(table: str, key: int, offset: int, v_type: str, v: str | None) -> dict:
+        return {**row("c", key, offset, 100 + offset), "table": table, "after": json.dumps({"id": key, "v": v}),
+                "columns": json.dumps([{"name": "id", "type": "bigint", "key": True, "nullable": False},
+                                       {"name": "v", "type": v_type, "key": False, "nullable": True}])}
+
+    add_column = {**row("c", 0, 4, 104), "kind": "ddl", "op": None, "key": None, "after": None, "columns": None,
+                  "table": "money", "ddl": "ALTER TABLE money ADD COLUMN note text"}
+    batch = plan(changelog(spark, [
+        change("money", 1, 0, "decimal", "12.5"), change("money", 2, 1, "decimal", "-0003.25"),
+        change("untyped", 1, 2, "", "7"), change("untyped", 2, 3, "", "-12"),
+        add_column,  # a barrier: the changes after it are a segment of their own
+        change("money", 3, 5, "decimal", "123456.125"),
+        change("counts", 1, 6, "int", "3000000000"), change("counts", 2, 7, "int", "-1"),
+        change("words", 1, 8, "", "7"), change("words", 2, 9, "", "seven"),
+        change("empty", 1, 10, "int", None),
+    ]))
+
+    def typed(table: str) -> list[tuple[int, str, set[str]]]:
+        return [(s.segment, dict((c.name, c.type) for c in s.columns)["v"], s.nulls_only)
+                for s in batch.tables[("d", table)] if isinstance(s, RowStep)]
+
+    assert typed("money") == [(0, "decimal(4,2)", set()), (1, "decimal(9,3)", set())]
+    assert typed("untyped") == [(0, "bigint", set())]
+    assert typed("counts") == [(0, "bigint", set())]
+    assert typed("words") == [(0, "text", set())]
+    assert typed("empty") == [(0, "int", {"v"})]

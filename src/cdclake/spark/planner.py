@@ -171,42 +171,72 @@ def merge_columns(latest_valued: list[dict], valued: list[list[dict]], latest: l
 
 
 _INTEGER_TEXT = r"^-?(0|[1-9][0-9]{0,17})$"
+Group = tuple[str | None, str | None, int]  # database, table, segment
 
 
-def infer_types(part: DataFrame, columns: list[Column]) -> tuple[list[Column], set[str]]:
+def _probe(column: Column) -> str | None:
+    """What a column's values must be read for, beyond whether it has any: see :func:`infer_types`."""
+    t = parse_type(column.type)
+    if t.family == T.DECIMAL and t.length is None:
+        return "digits"
+    return {T.UNKNOWN: "integer_text", T.INTEGER: "range"}.get(t.family)
+
+
+def infer_types(net: DataFrame, groups: dict[Group, list[Column]]) -> dict[Group, tuple[list[Column], set[str]]]:
     """Types the message did not state, from the values: DECIMAL without precision gets the digits its
     values need; an untyped column whose values are all plain integers is BIGINT, else text; an integer
     column whose values exceed its stated type (DTS states no signedness) gets a type that holds them. The sink
     widens a lake column when a later batch needs more. Also returns the columns that are NULL in every
     row here: their stated type carries no information (a producer may state a stand-in type for NULL),
-    so the sink keeps the lake's type for them."""
-    probes = [F.count(F.col("after").getItem(c.name)).alias(f"n{i}") for i, c in enumerate(columns)]
-    for i, c in enumerate(columns):
-        t = parse_type(c.type)
-        value = F.col("after").getItem(c.name)
-        if t.family == T.DECIMAL and t.length is None:
-            probes += [F.max(F.length(F.regexp_extract(value, r"^-?0*([0-9]*)", 1))).alias(f"i{i}"),
-                       F.max(F.length(F.regexp_extract(value, r"\.([0-9]*)$", 1))).alias(f"s{i}")]
-        elif t.family == T.UNKNOWN:
-            probes.append(F.bool_and(value.isNull() | value.rlike(_INTEGER_TEXT)).alias(f"i{i}"))
-        elif t.family == T.INTEGER:
-            number = F.expr(f"try_cast(after['{_sql_literal(c.name)}'] AS DECIMAL(20,0))")
-            probes += [F.min(number).alias(f"lo{i}"), F.max(number).alias(f"hi{i}")]
-    found = part.agg(*probes).first().asDict()
+    so the sink keeps the lake's type for them.
+
+    One job for every (database, table, segment) group of the batch: the values are read as (name, value)
+    pairs, so the work grows with the values, not with the groups times their columns. A probe runs on the
+    values of the names that need it in some group (an unneeded result elsewhere is ignored)."""
+    names: dict[str, set[str]] = defaultdict(set)
+    for columns in groups.values():
+        for c in columns:
+            if probe := _probe(c):
+                names[probe].add(c.name)
+
+    def where(probe: str, value: F.Column) -> F.Column:
+        return F.when(F.col("name").isin(sorted(names[probe])), value)
+
+    value = F.col("value")
+    number = F.expr("try_cast(value AS DECIMAL(20,0))")
+    aggregates = [F.count(value).alias("n")]
+    if names["digits"]:
+        aggregates += [F.max(where("digits", F.length(F.regexp_extract(value, r"^-?0*([0-9]*)", 1)))).alias("i"),
+                       F.max(where("digits", F.length(F.regexp_extract(value, r"\.([0-9]*)$", 1)))).alias("s")]
+    if names["integer_text"]:
+        aggregates.append(F.bool_and(where("integer_text", value.isNull() | value.rlike(_INTEGER_TEXT)))
+                          .alias("plain"))
+    if names["range"]:
+        aggregates += [F.min(where("range", number)).alias("lo"), F.max(where("range", number)).alias("hi")]
+    found: dict[Group, dict[str, dict]] = defaultdict(dict)
+    pairs = net.select("database", "table", "segment", F.explode("after").alias("name", "value"))
+    for r in pairs.groupBy("database", "table", "segment", "name").agg(*aggregates).collect():
+        found[(r["database"], r["table"], r["segment"])][r["name"]] = r.asDict()
+    return {group: _typed(columns, found[group]) for group, columns in groups.items()}
+
+
+def _typed(columns: list[Column], found: dict[str, dict]) -> tuple[list[Column], set[str]]:
     typed: list[Column] = []
-    for i, c in enumerate(columns):
+    for c in columns:
+        seen = found.get(c.name, {})
         type_text = c.type
-        if f"s{i}" in found:
-            scale = found[f"s{i}"] or 0
-            precision = max(1, (found[f"i{i}"] or 0) + scale)
+        probe = _probe(c)
+        if probe == "digits":
+            scale = seen.get("s") or 0
+            precision = max(1, (seen.get("i") or 0) + scale)
             type_text = f"decimal({precision},{scale})" if precision <= 38 else "text"
-        elif parse_type(c.type).family == T.UNKNOWN:
-            type_text = "bigint" if found[f"i{i}"] is not False else "text"
-        elif found.get(f"lo{i}") is not None:
-            holding = T.integer_type_for(int(found[f"lo{i}"]), int(found[f"hi{i}"]))
+        elif probe == "integer_text":
+            type_text = "bigint" if seen.get("plain") is not False else "text"
+        elif probe == "range" and seen.get("lo") is not None:
+            holding = T.integer_type_for(int(seen["lo"]), int(seen["hi"]))
             type_text = T.type_text(T.wider(parse_type(c.type), holding))
         typed.append(Column(c.name, type_text, c.key, c.nullable))
-    return typed, {c.name for i, c in enumerate(columns) if not found[f"n{i}"]}
+    return typed, {c.name for c in columns if not found.get(c.name, {}).get("n")}
 
 
 def _sql_literal(text: str) -> str:
@@ -322,15 +352,19 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
                    F.max("_cdc_seq").alias("last"))
               .collect())
     last_seq: dict[TableName, str] = {}
+    parts: dict[Group, DataFrame] = {}
+    merged: dict[Group, list[Column]] = {}
     for g in groups:
-        name = (g["database"] or "", g["table"] or "")
-        part = net.filter((F.col("database") == name[0]) & (F.col("table") == name[1])
-                          & (F.col("segment") == g["segment"]))
+        group = (g["database"], g["table"], g["segment"])
+        parts[group] = net.filter((F.col("database") == (g["database"] or "")) & (F.col("table") == (g["table"] or ""))
+                                  & (F.col("segment") == g["segment"]))
         layouts = sorted(g["layouts"], key=lambda lay: _layout_text(lay, listed) or "")
-        merged = _step_columns(part, g["latest"], layouts, listed)
-        columns, nulls_only = infer_types(part, merged)
-        steps[name].append(RowStep(g["segment"], columns, typed_changes(part, columns), nulls_only))
+        merged[group] = _step_columns(parts[group], g["latest"], layouts, listed)
+        name = (g["database"] or "", g["table"] or "")
         last_seq[name] = max(last_seq.get(name, ""), g["last"])
+    for group, (columns, nulls_only) in infer_types(net, merged).items():
+        name = (group[0] or "", group[1] or "")
+        steps[name].append(RowStep(group[2], columns, typed_changes(parts[group], columns), nulls_only))
     for name, table_steps in steps.items():
         # Rows of a segment come before the DDL that closes it.
         table_steps.sort(key=lambda s: (s.segment, isinstance(s, DdlStep)))
