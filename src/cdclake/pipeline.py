@@ -130,13 +130,12 @@ class BatchApplier:
                 data = data.persist()  # read again for the raw bytes of the changes it holds
             decoded = log = CL.decode(data, self.source.format, self.source.options, reduce=reduced).persist()
             records = functools.cache(lambda: data)
-        held: DataFrame | None = None
         raw: DataFrame | None = None  # resolved-ts mode: the records behind the changes, also those held before
         plan: planner.BatchPlan | None = None
         try:
             if consistent:
                 raw = records().select("topic", "partition", "offset", "key", "value")
-                log, held, raw = self._release(records(), decoded, raw, batch, report)
+                log, raw = self._release(records(), decoded, raw, batch, report)
             plan = planner.plan(log, self.partition_ts)
             if reduced and plan.renames_tables():
                 # A RENAME seen by one task only may fall between changes that another task reduced.
@@ -151,8 +150,7 @@ class BatchApplier:
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
-            # Held changes come back in a later batch's changelog: count this batch's records themselves.
-            report.records = records().count() if consistent else plan.records
+            report.records = plan.records
             step = 0
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
@@ -174,7 +172,7 @@ class BatchApplier:
             report.apply_seconds = time.monotonic() - started - report.plan_seconds
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
-            if held is not None:
+            if consistent:
                 self._publish_consistency(plan.table_order, report.consistent_ts, batch)
             dead = plan.dead_letters
             if stopped_now:
@@ -193,12 +191,12 @@ class BatchApplier:
                 "deleted": report.deleted, "duration_s": report.seconds, "dead_letters": report.dead_letters,
                 "tables": {f"{d}.{t}": {"last_seq": seq, "stopped": self.stopped.get(f"{d}.{t}")}
                            for (d, t), seq in plan.last_seq.items()},
-                "offsets": _max_offsets(records()) if consistent else plan.offsets,
+                "offsets": plan.offsets,
                 "partition_ts": plan.partition_ts,
                 "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
                 "held_batch": batch if report.held else None, "held": report.held,
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
-            if held is not None:
+            if consistent:
                 self.held_batch = batch if report.held else None
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
@@ -207,8 +205,6 @@ class BatchApplier:
             if plan is not None:
                 plan.release()
             decoded.unpersist()
-            if held is not None:
-                held.unpersist()
             if consistent:
                 records().unpersist()
         self.summary.batches.append(report)
@@ -219,19 +215,23 @@ class BatchApplier:
         return CL.decode(records, self.source.format, self.source.options)
 
     def _release(self, records: DataFrame, log: DataFrame, raw: DataFrame, batch: int,
-                 report: BatchReport) -> tuple[DataFrame, DataFrame, DataFrame]:
+                 report: BatchReport) -> tuple[DataFrame, DataFrame]:
         """consistency = "resolved-ts": this batch's changes and those held before, split at the smallest
         resolved ts over the source's partitions. Changes up to it are complete transactions (a partition's
         resolved ts promises that nothing at or below it is still to come there) and go on to the planner;
         the later ones are held in the lake, with their raw record, until a batch's watermark passes them.
-        Returns the changelog to plan, the held changes, and the raw records behind both."""
-        resolved = (log.filter((F.col("status") == "event") & (F.col("kind") == "resolved"))
-                    .groupBy("topic", "partition").agg(F.max("commit_ts").alias("ts")).collect())
-        for r in resolved:
+        Returns the changelog to plan and the raw records behind it and the held changes."""
+        # Every partition the batch read has a tally (its decoding tasks count every record).
+        resolved = F.when(F.col("status") == "event", F.col("commit_ts"))
+        per_partition = (log.filter((F.col("status") == "tally")
+                                    | ((F.col("status") == "event") & (F.col("kind") == "resolved")))
+                         .groupBy("topic", "partition").agg(F.max(resolved).alias("ts")).collect())
+        for r in per_partition:
             coords = f"{r['topic']}:{r['partition']}"
-            self.resolved_ts[coords] = max(self.resolved_ts.get(coords, 0), r["ts"] or 0)
-        seen = {f"{r['topic']}:{r['partition']}" for r in records.select("topic", "partition").distinct().collect()}
-        self.partitions |= seen | set(self.resolved_ts)
+            self.partitions.add(coords)
+            if r["ts"] is not None:
+                self.resolved_ts[coords] = max(self.resolved_ts.get(coords, 0), r["ts"])
+        self.partitions |= set(self.resolved_ts)
         watermark = min((self.resolved_ts.get(p, 0) for p in self.partitions), default=0)
         report.consistent_ts = max(watermark, self.consistent_ts)
         earlier = self.sink.held(self.held_batch)
@@ -253,11 +253,11 @@ class BatchApplier:
                        ["topic", "partition", "offset"], "left")
                  .join(F.broadcast(listed), "layout", "left")
                  .withColumn("columns", F.coalesce("columns", "_listed"))
-                 .select(*CL.FLAT_ARROW.names).persist())
+                 .select(*CL.FLAT_ARROW.names))
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
-        return combined.filter(~waiting), later, raw
+        return combined.filter(~waiting), raw
 
     def _publish_consistency(self, tables: list[tuple[str, str]], commit_ts: int | None, batch: int) -> None:
         """Every table of the source now holds every change up to the watermark: say so on each."""
@@ -311,11 +311,6 @@ class BatchApplier:
         return (records.join(coords, ["topic", "partition", "offset"])
                 .select("topic", "partition", "offset", "key", "value", F.lit(self.source.format).alias("format"),
                         "reason"))
-
-
-def _max_offsets(records: DataFrame) -> dict[str, int]:
-    rows = records.groupBy("topic", "partition").agg(F.max("offset").alias("offset")).collect()
-    return {f"{r['topic']}:{r['partition']}": r["offset"] for r in rows}
 
 
 def _base_version(checkpoint: str, sink: Sink) -> int:
