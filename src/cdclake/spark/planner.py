@@ -25,6 +25,7 @@ from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
 TableName = tuple[str, str]
+Group = tuple[str | None, str | None, int]  # the net changes of one segment of a table: database, table, segment
 
 
 @dataclass
@@ -171,7 +172,6 @@ def merge_columns(latest_valued: list[dict], valued: list[list[dict]], latest: l
 
 
 _INTEGER_TEXT = r"^-?(0|[1-9][0-9]{0,17})$"
-Group = tuple[str | None, str | None, int]  # database, table, segment
 
 
 def _probe(column: Column) -> str | None:
