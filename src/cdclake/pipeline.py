@@ -86,12 +86,13 @@ class ChangesAhead:
 
     def __init__(self, steps: list[planner.RowStep], ahead: int = 2) -> None:
         self.steps, self.ahead = steps, ahead
+        self.index = {id(step): i for i, step in enumerate(steps)}
         self.pool = ThreadPoolExecutor(ahead, thread_name_prefix="cdclake-changes")
         self.futures: dict[int, Future[pa.Table]] = {}
         self.submitted = 0
 
     def changes(self, step: planner.RowStep) -> pa.Table:
-        index = next(i for i, s in enumerate(self.steps) if s is step)
+        index = self.index[id(step)]
         for skipped in [i for i in self.futures if i < index]:  # the steps of a table that stopped
             self.futures.pop(skipped).cancel()
         while self.submitted <= min(index + self.ahead, len(self.steps) - 1):
@@ -184,12 +185,11 @@ class BatchApplier:
             step = 0
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
-            applied = [name for name in plan.table_order if f"{name[0]}.{name[1]}" not in self.stopped]
-            with ChangesAhead([s for name in applied for s in plan.tables[name]
-                               if isinstance(s, planner.RowStep)]) as changes:
+            with ChangesAhead([s for name in plan.table_order if f"{name[0]}.{name[1]}" not in self.stopped
+                               for s in plan.tables[name] if isinstance(s, planner.RowStep)]) as changes:
                 for name in plan.table_order:
                     label = f"{name[0]}.{name[1]}"
-                    if name not in applied:
+                    if label in self.stopped:
                         stopped_now[name] = self.stopped[label]
                         continue
                     try:
