@@ -265,10 +265,33 @@ def test_tasks_that_seek_to_known_line_starts_read_exactly_their_lines(tmp_path_
         tasks = S._tasks([(str(path), first, stop)] if first < stop else [], counter, min_tasks, False)
     assert [(t.first, t.stop) for t in tasks] == sorted((t.first, t.stop) for t in tasks)
     assert sum(t.stop - t.first for t in tasks) == max(0, stop - first)
-    assert len(tasks) >= min(min_tasks, max(0, stop - first))
+    assert len(tasks) == min(min_tasks, max(0, stop - first))
+    sizes = [t.stop - t.first for t in tasks]
+    assert not sizes or max(sizes) - min(sizes) <= 1  # no task of a few lines beside long ones
     got = [(r.offset, r.value) for t in tasks
            for b in files.read_segment(t.name, t.first, t.stop, seek=t.seek) for r in records_from_arrow(b)]
     assert got == [(i, whole[i]) for i in range(first, stop) if whole[i].strip()]
+
+
+def test_tasks_share_the_lines_of_several_files_evenly_and_cut_at_each_file_end(tmp_path):
+    from cdclake.spark import sources as S
+
+    names = []
+    for name, count in (("a", 30), ("b", 1), ("c", 9)):
+        names.append(str(tmp_path / name))
+        (tmp_path / name).write_bytes(b"".join(b"%d\n" % i for i in range(count)))
+    counter = files.LineCounter(complete_only=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(S, "MIN_TASK_LINES", 1)
+        tasks = S._tasks([(names[0], 5, 30), (names[1], 0, 1), (names[2], 0, 9)], counter, 2, False)
+        few = S._tasks([(names[0], 0, 30)], counter, 64, False)
+    # 35 lines in 2 shares: the cut at line 17 of them, and one at each file's end.
+    assert [(Path(t.name).name, t.first, t.stop) for t in tasks] == [("a", 5, 22), ("a", 22, 30), ("b", 0, 1),
+                                                                      ("c", 0, 9)]
+    assert len(few) == 30  # never more tasks than lines
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(S, "MIN_TASK_LINES", 20)
+        assert len(S._tasks([(names[0], 0, 30)], counter, 2, False)) == 1  # a task is worth its start-up
 
 
 def _lake_state(rows: list[dict]) -> dict[tuple, tuple]:
