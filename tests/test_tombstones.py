@@ -1,0 +1,81 @@
+"""Tombstones in a real Delta table: a late, older change of a deleted key never comes back, however many
+deletes the retention horizon holds, and a batch reads only the tombstones that can bury one of its changes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from cdclake.sinks.delta import TABLE_TOMBSTONE, TOMBSTONES, DeltaSink
+
+
+def seq(ts: int, position: str = "p") -> str:
+    return f"{ts:020d}/{position}"
+
+
+def tombstones(rows: list[tuple[str, str, str]]) -> pa.Table:
+    return pa.Table.from_pylist([{"database": "d", "table": table, "_cdc_key": key, "_cdc_seq": s,
+                                  "deleted_at": dt.datetime.now(dt.UTC)} for table, key, s in rows], schema=TOMBSTONES)
+
+
+def changes(rows: list[tuple[str, str]]) -> pa.Table:
+    return pa.table({"_cdc_key": [k for k, _ in rows], "_cdc_seq": [s for _, s in rows],
+                     "_cdc_op": ["u"] * len(rows)})
+
+
+def kept(sink: DeltaSink, table: str, rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    out = sink._drop_buried("d", table, changes(rows))
+    return list(zip(out["_cdc_key"].to_pylist(), out["_cdc_seq"].to_pylist(), strict=True))
+
+
+def test_the_newest_of_a_keys_tombstones_buries_and_only_older_changes(tmp_path):
+    sink = DeltaSink(str(tmp_path), "p")
+    # Key [1] deleted at 10, re-inserted, deleted again at 30: two tombstones, in two batches.
+    sink.record_tombstones(tombstones([("t", "[1]", seq(10)), ("t", "[2]", seq(10)), ("u", "[3]", seq(40))]), 1998)
+    sink.record_tombstones(tombstones([("t", "[1]", seq(30))]), 2998)
+    sink.record_tombstones(tombstones([("t", "[1]", seq(30))]), 2998)  # a replayed batch: recorded once
+    assert DeltaTable(sink.internal_uri("tombstones")).to_pyarrow_table().num_rows == 4
+    got = kept(sink, "t", [("[1]", seq(20)), ("[1]", seq(30)), ("[1]", seq(30, "q")), ("[2]", seq(20)),
+                           ("[3]", seq(20)), ("[4]", seq(5))])
+    # [1] at 20 and at 30 itself are older than its newest delete; [2] at 20 is after its delete; [3]'s
+    # tombstone is of another table; [4] was never deleted.
+    assert sorted(got) == [("[1]", seq(30, "q")), ("[2]", seq(20)), ("[3]", seq(20)), ("[4]", seq(5))]
+
+
+def test_a_whole_table_tombstone_buries_every_older_change_of_that_table(tmp_path):
+    sink = DeltaSink(str(tmp_path), "p")
+    sink.record_tombstones(tombstones([("t", TABLE_TOMBSTONE, seq(50))]), 1998)
+    assert kept(sink, "t", [("[1]", seq(49)), ("[2]", seq(50)), ("[3]", seq(51))]) == [("[3]", seq(51))]
+    assert len(kept(sink, "u", [("[1]", seq(49))])) == 1
+
+
+def test_a_batch_reads_only_the_tombstone_files_that_can_bury_its_changes(tmp_path, monkeypatch):
+    sink = DeltaSink(str(tmp_path), "p")
+    for batch in range(1, 6):  # five batches of deletes, each a file of its own, in sequence order
+        sink.record_tombstones(tombstones([("t", f"[{batch}-{i}]", seq(batch * 100 + i)) for i in range(50)]),
+                               batch * 1000 + 998)
+    table = DeltaTable(sink.internal_uri("tombstones"))
+    assert len(table.file_uris()) == 5
+    read: list[int] = []  # the files each read of the tombstones opens
+    opened = DeltaTable.to_pyarrow_dataset
+
+    class Counting:
+        def __init__(self, dataset) -> None:
+            self.dataset = dataset
+
+        def to_table(self, columns, filter):
+            read.append(sum(1 for _ in self.dataset.get_fragments(filter=filter)))
+            return self.dataset.to_table(columns=columns, filter=filter)
+
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", lambda self, *a, **k: Counting(opened(self, *a, **k)))
+    # The batch's oldest change is at 460: only the last file's tombstones (500-549) can be newer.
+    assert kept(sink, "t", [("[5-1]", seq(460)), ("[5-1]", seq(502)), ("[1-1]", seq(460))]) == [
+        ("[5-1]", seq(502)), ("[1-1]", seq(460))]
+    assert read == [1]
+    # A change older than every tombstone reads them all, and the old tombstone still buries it.
+    assert kept(sink, "t", [("[1-1]", seq(100))]) == []
+    assert read[-1] == 5
+    assert pc.sum(pc.equal(table.to_pyarrow_table()["table"], "t")).as_py() == 250
