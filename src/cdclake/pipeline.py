@@ -77,6 +77,9 @@ class RunSummary:
 
 Progress = Callable[[BatchReport], None]
 
+# How often a running pipeline forgets the tombstones past their retention (at most; and when it stops).
+TOMBSTONE_EXPIRY_S = 3600.0
+
 
 class ChangesAhead:
     """The row steps' changes, collected to the driver (a small Spark job each) on threads, a few steps ahead
@@ -112,10 +115,14 @@ class BatchApplier:
     """Applies one micro-batch of records of one source: the body of ``foreachBatch``."""
 
     def __init__(self, spark: SparkSession, read: SourceRead, sink: Sink, base_version: int,
-                 progress: Progress | None, partitions: list[tuple[str, int]] | None = None) -> None:
+                 progress: Progress | None, partitions: list[tuple[str, int]] | None = None,
+                 expire_every_s: float = TOMBSTONE_EXPIRY_S) -> None:
         self.spark, self.read, self.source, self.sink = spark, read, read.source, sink
         self.base_version = base_version
         self.progress = progress
+        # A following pipeline forgets expired tombstones as it runs, not only when it stops.
+        self.expire_every_s = expire_every_s
+        self.expire_due = time.monotonic() + expire_every_s
         self.stopped: dict[str, str] = {}
         self.partition_ts: dict[str, int] = {}
         # consistency = "resolved-ts": the source's partitions, the latest resolved ts of each, the snapshot of
@@ -233,6 +240,9 @@ class BatchApplier:
                 self.held_batch = batch if report.held else None
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
+            if time.monotonic() >= self.expire_due:
+                self.sink.expire_tombstones()
+                self.expire_due = time.monotonic() + self.expire_every_s
             failpoint("before-checkpoint")
         finally:
             if plan is not None:
@@ -380,7 +390,8 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
         lake_reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) \
             if is_connect(spark) else None
         read = source_read(spark, source, config, sink)
-        applier = BatchApplier(spark, read, sink, base, None if lake_reports else progress, partitions)
+        applier = BatchApplier(spark, read, sink, base, None if lake_reports else progress, partitions,
+                               min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600))
         _run_query(spark, read, config, checkpoint, applier, lake_reports.poll if lake_reports else None)
         if lake_reports:
             lake_reports.poll()

@@ -163,6 +163,30 @@ def test_late_older_changes_do_not_resurrect_deleted_rows(spark, tmp_path):
     assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v5"
 
 
+def test_a_running_pipeline_forgets_tombstones_past_their_retention_between_batches(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 2),
+                                                        change(DELETE, 20, 1), change(INSERT, 30, 3)]))
+    tombstones = tmp_path / "lake" / "_cdclake" / "tombstones"
+    seen: list[int] = []  # tombstones after each batch, while the run goes on
+
+    def after(report: pipeline.BatchReport) -> None:
+        seen.append(DeltaTable(str(tombstones)).to_pyarrow_table().num_rows if tombstones.exists() else 0)
+
+    def run_with(retention_hours: float, lake: Path) -> None:
+        cfg = PipelineConfig(lake=str(lake), name="t", tombstone_retention_hours=retention_hours, sources=[
+            SourceConfig(format="canal-json", input=str(tmp_path / "in"), max_records_per_batch=3)])
+        pipeline.run(cfg, progress=after, spark=spark)
+
+    run_with(0.0, tombstones.parent.parent)
+    assert seen == [0, 0]  # the delete's tombstone, past a retention of 0 h, is forgotten in its own batch
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[2]", "[3]"]
+    seen.clear()
+    tombstones = tmp_path / "kept" / "_cdclake" / "tombstones"
+    run_with(168.0, tombstones.parent.parent)
+    assert seen == [1, 1]
+
+
 def test_key_change_moves_the_row(spark, tmp_path):
     moved = change(UPDATE, 20, 9, version=1)
     moved.before = {**moved.after, "id": 1, "name": "user 1 v0"}

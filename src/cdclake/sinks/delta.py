@@ -298,7 +298,7 @@ class DeltaSink:  # implements sinks.base.Sink
         tombstones = self._open(self.internal_uri("tombstones"))
         if tombstones is None:
             return 0
-        horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S")
+        horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S.%f")
         deleted = self._rewrite(tombstones, lambda table: table.delete(f"deleted_at < '{horizon}'"))
         return deleted.get("num_deleted_rows", 0)
 
