@@ -21,7 +21,10 @@ import argparse
 import datetime as dt
 import os
 import platform
+import queue
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from cdclake import formats, lakecheck, pipeline, workload  # noqa: E402
 from cdclake.config import PipelineConfig, SourceConfig  # noqa: E402
+from cdclake.records import write_records  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
 from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session, task_slots  # noqa: E402
 
@@ -44,10 +48,14 @@ TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "ti
          "date", "json")
 
 
+def _simulate(events: int, keys: int) -> workload.Generated:
+    return workload.generate("canal-json", events=events, tables=1, seed=3, options={"flavour": "tidb"},
+                             types=TYPES, partitions=2, key_change_rate=0.0, max_txn_rows=1, ddl_rate=0.0,
+                             max_keys=keys)
+
+
 def _data(root: Path, events: int, keys: int) -> workload.Generated:
-    options = {"flavour": "tidb"}
-    generated = workload.generate("canal-json", events=events, tables=1, seed=3, options=options, types=TYPES,
-                                  partitions=2, key_change_rate=0.0, max_txn_rows=1, ddl_rate=0.0, max_keys=keys)
+    generated = _simulate(events, keys)
     workload.write_generated(root, generated)
     return generated
 
@@ -201,8 +209,105 @@ def command_run(data: Path, lake: Path, generated: workload.Generated, short_run
     return seconds, lakecheck.differences(str(lake), generated.expected, generated.key_names)
 
 
+class FollowRun(NamedTuple):
+    """A following pipeline meeting a backlog (see :func:`follow_run`)."""
+
+    seconds: float  # from the backlog's arrival until the lake holds it
+    events: int  # the backlog's change events
+    batches: int  # the batches that applied it
+    warm_up_events: int  # what the pipeline had applied before
+    progress: list[str]  # the progress lines of the batches that applied it
+    problems: list[str]  # how the lake differs from the simulator's final state
+
+
+# A line of `cdclake run`'s progress: "batch 3 [default]: 1000 records, 1000 events, ...".
+BATCH_LINE = re.compile(r"^batch \d+ \[[^]]*\]: (\d+) records, (\d+) events")
+
+# How long a following pipeline may take to apply either half of its input before the benchmark gives up.
+FOLLOW_TIMEOUT_S = 900.0
+
+
+def follow_run(work: Path, events: int, keys: int) -> FollowRun:
+    """``cdclake run --follow`` as a pipeline that has been running meets a backlog: one simulation of twice
+    ``events`` changes, split in two files in offset order. The pipeline starts on the first (applying it warms
+    the JVM and fills the table), then the second arrives whole (a rename) and is timed from its arrival to the
+    progress line of the batch that completes it: what a user of a running pipeline waits for, the trigger's
+    poll, reading, decoding, planning and MERGE into a table that already holds every key included."""
+    generated = _simulate(2 * events, keys)
+    by_partition: dict[tuple[str, int], list] = {}
+    for record in generated.records:
+        by_partition.setdefault((record.topic, record.partition), []).append(record)
+    first, second = [], []
+    for _, partition in sorted(by_partition.items()):
+        partition.sort(key=lambda record: record.offset)
+        first += partition[: len(partition) // 2]
+        second += partition[len(partition) // 2:]
+    del by_partition
+    inbox, staging, lake = work / "follow-input", work / "follow-staging", work / "follow-lake"
+    inbox.mkdir()
+    staging.mkdir()
+    write_records(inbox / "part-0.jsonl", first)
+    write_records(staging / "part-1.jsonl", second)
+    counts = (len(first), len(second))
+    del first, second
+    lines: queue.Queue[tuple[float, str]] = queue.Queue()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("cdclake")), "run", "--format", "canal-json", "--input", str(inbox),
+         "--lake", str(lake), "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def read_stderr() -> None:
+        for line in process.stderr:
+            lines.put((time.perf_counter(), line))
+
+    threading.Thread(target=read_stderr, daemon=True).start()
+    seen = {"records": 0, "events": 0, "batches": 0}
+    tail: list[str] = []
+
+    def wait_for(records: int) -> float:
+        at = time.perf_counter()
+        deadline = at + FOLLOW_TIMEOUT_S
+        while seen["records"] < records:
+            if process.poll() is not None and lines.empty():
+                raise RuntimeError(f"cdclake run --follow ended ({process.returncode}): {''.join(tail[-20:])}")
+            try:
+                at, line = lines.get(timeout=max(0.0, min(1.0, deadline - time.perf_counter())))
+            except queue.Empty:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"cdclake run --follow applied {seen['records']:,} of {records:,} records "
+                                       f"in {FOLLOW_TIMEOUT_S:.0f} s") from None
+                continue
+            tail.append(line)
+            if match := BATCH_LINE.match(line):
+                seen["records"] += int(match[1])
+                seen["events"] += int(match[2])
+                seen["batches"] += 1
+        return at
+
+    try:
+        wait_for(counts[0])
+        warm_up = dict(seen)
+        arrived = time.perf_counter()
+        (staging / "part-1.jsonl").rename(inbox / "part-1.jsonl")
+        done = wait_for(counts[0] + counts[1])
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    batches = seen["batches"] - warm_up["batches"]
+    progress = [line.strip() for line in tail if BATCH_LINE.match(line)][-batches:]
+    return FollowRun(done - arrived, seen["events"] - warm_up["events"], batches, warm_up["events"], progress,
+                     lakecheck.differences(str(lake), generated.expected, generated.key_names))
+
+
+def _batches_of(count: int) -> str:
+    return f"{count} batch{'' if count == 1 else 'es'}"
+
+
 def _batches(summary: pipeline.RunSummary) -> str:
-    return f"{len(summary.batches)} batch{'' if len(summary.batches) == 1 else 'es'}"
+    return _batches_of(len(summary.batches))
 
 
 def _cpu_text(cpu: dict[str, float], seconds: float) -> str:
@@ -332,6 +437,8 @@ def main() -> None:
             for short_run in (True, False):
                 commands[short_run].append(command_run(work / "data", work / f"lake-command-{short_run}-{i}",
                                                        generated, short_run))
+        # A following pipeline, in a new process too, before this one starts Spark.
+        follow = follow_run(work, args.events, args.keys)
         keys = sum(len(rows) for rows in generated.expected.values())
         memory = PeakMemory()
         memory.start()
@@ -399,6 +506,10 @@ def main() -> None:
         "| the same command with both JIT compilers (as with `--follow`), alternating with the above: "
         + ", ".join(f"{run[0]:.1f} s" for run in commands[False])
         + f" | {full_s:.1f} | {events / full_s:,.0f} events/s | |",
+        f"| `cdclake run --follow`, a running pipeline: {follow.events:,} more events arrive in one file after it "
+        f"applied {follow.warm_up_events:,}, timed from their arrival until its progress line says they are applied "
+        f"({_batches_of(follow.batches)}) | {follow.seconds:.1f} | {follow.events / follow.seconds:,.0f} events/s | "
+        "≥ 100,000 events/s |",
         f"| end to end in this process's session (both compilers), first run: the new JVM's first work (one batch; "
         f"starting Spark before it took {session_s:.1f} s more, "
         f"{'mapping' if archived else 'without'} the archive of `cdclake class-archive`) | {e2e_s:.1f} | "
@@ -410,7 +521,12 @@ def main() -> None:
         "",
         f"Each `cdclake run` lake {'equals' if not command_problems else 'DIFFERS from'} the simulator's final state"
         f"{': ' + '; '.join(command_problems[:3]) if command_problems else ''}; the rate counts the median of "
-        "each kind's runs, from the command's start to its end.",
+        "each kind's runs, from the command's start to its end. "
+        f"The following pipeline's lake {'equals' if not follow.problems else 'DIFFERS from'} the final state of "
+        f"its simulation ({2 * args.events:,} events over the same {args.keys:,} keys, so that the second half "
+        "mostly updates rows the table holds)"
+        f"{': ' + '; '.join(follow.problems[:3]) if follow.problems else ''}; its progress: "
+        + "; ".join(f"`{line}`" for line in follow.progress) + ".",
         "",
         f"The decoder's share: Spark hands the records to Python and takes a column back in {handover_s:.1f} s "
         "before any decoding (Arrow conversions in the JVM; the changelog's way back costs more). At 3× Spark's "
