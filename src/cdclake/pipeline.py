@@ -241,7 +241,10 @@ class BatchApplier:
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
             if time.monotonic() >= self.expire_due:
-                self.sink.expire_tombstones()
+                expired = self.sink.expire_tombstones()
+                if expired:
+                    logger.info("batch %d of %s: forgot %d tombstones past their retention", batch,
+                                self.source.name, expired)
                 self.expire_due = time.monotonic() + self.expire_every_s
             failpoint("before-checkpoint")
         finally:
