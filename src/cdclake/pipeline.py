@@ -81,6 +81,10 @@ Progress = Callable[[BatchReport], None]
 TOMBSTONE_EXPIRY_S = 3600.0
 
 
+def _collect(step: planner.RowStep) -> pa.Table:
+    return step.changes.toArrow()
+
+
 class ChangesAhead:
     """The row steps' changes, collected to the driver (a small Spark job each) on threads, a few steps ahead
     of the step being applied: a batch of many tables runs these jobs side by side and alongside the merges
@@ -99,7 +103,7 @@ class ChangesAhead:
         for skipped in [i for i in self.futures if i < index]:  # the steps of a table that stopped
             self.futures.pop(skipped).cancel()
         while self.submitted <= min(index + self.ahead, len(self.steps) - 1):
-            self.futures[self.submitted] = self.pool.submit(self.steps[self.submitted].changes.toArrow)
+            self.futures[self.submitted] = self.pool.submit(_collect, self.steps[self.submitted])
             self.submitted += 1
         return self.futures.pop(index).result()
 
