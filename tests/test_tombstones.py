@@ -79,3 +79,20 @@ def test_a_batch_reads_only_the_tombstone_files_that_can_bury_its_changes(tmp_pa
     assert kept(sink, "t", [("[1-1]", seq(100))]) == []
     assert read[-1] == 5
     assert pc.sum(pc.equal(table.to_pyarrow_table()["table"], "t")).as_py() == 250
+
+
+def test_a_sink_that_keeps_the_tombstones_open_sees_every_later_delete(tmp_path):
+    """The sink keeps the tombstones table open between batches: deletes recorded after it opened it, by
+    itself or by another process (a restarted pipeline, ``cdclake maintain`` expiring them), still count."""
+    sink, other = DeltaSink(str(tmp_path), "p"), DeltaSink(str(tmp_path), "p")
+    assert kept(sink, "t", [("[1]", seq(5))]) == [("[1]", seq(5))]  # no tombstones table yet
+    sink.record_tombstones(tombstones([("t", "[1]", seq(10))]), 1998)
+    assert kept(sink, "t", [("[1]", seq(5))]) == []
+    other.record_tombstones(tombstones([("t", "[2]", seq(20))]), 2998)
+    assert kept(sink, "t", [("[1]", seq(15)), ("[2]", seq(15))]) == [("[1]", seq(15))]
+    assert sink.done(sink.internal_uri("tombstones"), 2998)
+    sink.record_tombstones(tombstones([("t", "[3]", seq(20))]), 2998)  # the same batch again: recorded once
+    assert DeltaTable(sink.internal_uri("tombstones")).to_pyarrow_table().num_rows == 2
+    other.tombstone_retention = dt.timedelta(0)
+    assert other.expire_tombstones() == 2
+    assert sorted(kept(sink, "t", [("[1]", seq(5)), ("[2]", seq(5))])) == [("[1]", seq(5)), ("[2]", seq(5))]

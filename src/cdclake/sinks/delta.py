@@ -84,6 +84,7 @@ class DeltaSink:  # implements sinks.base.Sink
         self.app_id = f"cdclake:{pipeline}"
         self.storage_options = storage_options
         self.tombstone_retention = dt.timedelta(hours=tombstone_retention_hours)
+        self._kept_tombstones: DeltaTable | None = None
 
     # -- locations -------------------------------------------------------------------------------
     def table_uri(self, database: str, table: str) -> str:
@@ -98,16 +99,26 @@ class DeltaSink:  # implements sinks.base.Sink
         except TableNotFoundError:
             return None
 
+    def _tombstones(self) -> DeltaTable | None:
+        """The tombstones table, kept open and brought up to date: every table's MERGE reads it, and an opening
+        reads its log since the last checkpoint (a commit for each batch with deletes, up to a hundred), where
+        catching up reads only the commits since the last time."""
+        if self._kept_tombstones is None:
+            self._kept_tombstones = self._open(self.internal_uri("tombstones"))
+        else:
+            self._kept_tombstones.update_incremental()
+        return self._kept_tombstones
+
     # -- exactly once ------------------------------------------------------------------------------
     def _commit(self, version: int) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(self.app_id, version)])
 
     def done(self, uri: str, version: int) -> bool:
         """Whether the step with this version was already committed to the table at ``uri``."""
-        table = self._open(uri)
-        if table is None:
-            return False
-        committed = table.transaction_version(self.app_id)
+        return self._committed(self._open(uri), version)
+
+    def _committed(self, table: DeltaTable | None, version: int) -> bool:
+        committed = None if table is None else table.transaction_version(self.app_id)
         return committed is not None and committed >= version
 
     def _rewrite(self, table: DeltaTable, write: Callable[[DeltaTable], dict[str, Any]]) -> dict[str, Any]:
@@ -183,12 +194,15 @@ class DeltaSink:  # implements sinks.base.Sink
         """MERGE one table's net changes: a change applies only when its sequence is newer than the
         row's, and never over a newer delete (tombstone)."""
         uri = self.table_uri(database, table)
-        if changes.num_rows == 0 or self.done(uri, version):
+        # Opened once for all the checks below: opening reads the table's log since its last checkpoint, which
+        # a table written every batch makes up to a hundred commits long (60 commits: 45 ms an opening).
+        target = self._open(uri)
+        if changes.num_rows == 0 or self._committed(target, version):
             return {"inserted": 0, "updated": 0, "deleted": 0}
         changes = self._drop_buried(database, table, changes)
-        changes = self._keep_lake_types(uri, changes, nulls_only)
+        changes = self._keep_lake_types(target, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
-        target = self._ensure_table(uri, changes.select(data_columns).schema)
+        target = self._ensure_table(uri, changes.select(data_columns).schema, target)
         metrics = self._rewrite(target, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                          commit_properties=self._commit(version), merge_schema=False)
@@ -202,11 +216,11 @@ class DeltaSink:  # implements sinks.base.Sink
                 "updated": metrics.get("num_target_rows_updated", 0),
                 "deleted": metrics.get("num_target_rows_deleted", 0)}
 
-    def _keep_lake_types(self, uri: str, changes: pa.Table, nulls_only: set[str] | frozenset[str]) -> pa.Table:
+    def _keep_lake_types(self, table: DeltaTable | None, changes: pa.Table,
+                         nulls_only: set[str] | frozenset[str]) -> pa.Table:
         """Keep the lake column's type where it already holds the batch's values: all-NULL columns (their
         message may state a stand-in type for NULL) and columns whose type this batch inferred narrower
         (a DECIMAL without stated precision whose values happen to be short)."""
-        table = self._open(uri)
         if table is None:
             return changes
         existing = pa.schema(table.schema().to_arrow())
@@ -224,8 +238,8 @@ class DeltaSink:  # implements sinks.base.Sink
                                              pc.cast(changes[field.name], lake_type))
         return changes
 
-    def _ensure_table(self, uri: str, schema: pa.Schema) -> DeltaTable:
-        table = self._open(uri)
+    def _ensure_table(self, uri: str, schema: pa.Schema, table: DeltaTable | None) -> DeltaTable:
+        """The table at ``uri`` (``table``, if open already) with every column of ``schema``: made if missing."""
         if table is None:
             write_deltalake(uri, schema.empty_table(), mode="append", storage_options=self.storage_options,
                             configuration={"delta.enableChangeDataFeed": "false"})
@@ -262,7 +276,7 @@ class DeltaSink:  # implements sinks.base.Sink
         so the read grows with the batch rather than with all the deletes of the retention horizon (3,000,000
         tombstones: 0.7-1.3 s a table a batch read whole). The bound is the oldest sequence's commit ts (its
         first 20 characters), which no truncation of a string statistic cuts into."""
-        tombs = self._open(self.internal_uri("tombstones"))
+        tombs = self._tombstones()
         if tombs is None or changes.num_rows == 0:
             return changes
         oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
@@ -288,14 +302,15 @@ class DeltaSink:  # implements sinks.base.Sink
         """Append the batch's deletes (:meth:`expire_tombstones` forgets them after the retention horizon). An
         append, not an upsert per key: a MERGE reads every tombstone of the horizon, each batch."""
         uri = self.internal_uri("tombstones")
-        if tombstones.num_rows == 0 or self.done(uri, version):
+        table = self._tombstones()
+        if tombstones.num_rows == 0 or self._committed(table, version):
             return
-        self._ensure_table(uri, TOMBSTONES)
-        write_deltalake(uri, tombstones.select(TOMBSTONES.names).cast(TOMBSTONES), mode="append",
+        rows = tombstones.select(TOMBSTONES.names).cast(TOMBSTONES)
+        write_deltalake(self._ensure_table(uri, TOMBSTONES, table), rows, mode="append",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
 
     def expire_tombstones(self) -> int:
-        tombstones = self._open(self.internal_uri("tombstones"))
+        tombstones = self._tombstones()
         if tombstones is None:
             return 0
         horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S.%f")
