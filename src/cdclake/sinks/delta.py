@@ -194,10 +194,12 @@ class DeltaSink:  # implements sinks.base.Sink
         """MERGE one table's net changes: a change applies only when its sequence is newer than the
         row's, and never over a newer delete (tombstone)."""
         uri = self.table_uri(database, table)
+        if changes.num_rows == 0:
+            return {"inserted": 0, "updated": 0, "deleted": 0}
         # Opened once for all the checks below: opening reads the table's log since its last checkpoint, which
         # a table written every batch makes up to a hundred commits long (60 commits: 45 ms an opening).
         target = self._open(uri)
-        if changes.num_rows == 0 or self._committed(target, version):
+        if self._committed(target, version):
             return {"inserted": 0, "updated": 0, "deleted": 0}
         changes = self._drop_buried(database, table, changes)
         changes = self._keep_lake_types(target, changes, nulls_only)
@@ -377,18 +379,22 @@ class DeltaSink:  # implements sinks.base.Sink
     # -- dead letters and progress ----------------------------------------------------------------------
     def write_dead_letters(self, rows: pa.Table, batch: int, version: int) -> int:
         uri = self.internal_uri("dead_letters")
-        if rows.num_rows == 0 or self.done(uri, version):
+        if rows.num_rows == 0:
+            return 0
+        table = self._open(uri)
+        if self._committed(table, version):
             return 0
         rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
         rows = rows.append_column("batch", pa.array([batch] * rows.num_rows, pa.int64()))
         rows = rows.append_column("recorded_at", pa.array([_now()] * rows.num_rows, pa.timestamp("us", tz="UTC")))
-        write_deltalake(uri, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS), mode="append",
-                        storage_options=self.storage_options, commit_properties=self._commit(version))
+        write_deltalake(uri if table is None else table, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS),
+                        mode="append", storage_options=self.storage_options, commit_properties=self._commit(version))
         return rows.num_rows
 
     def record_progress(self, progress: dict[str, Any], version: int) -> None:
         uri = self.internal_uri("progress")
-        if self.done(uri, version):
+        table = self._open(uri)
+        if self._committed(table, version):
             return
         row = {name: [progress.get(name)] for name in PROGRESS.names}
         row["pipeline"] = [self.pipeline]
@@ -396,19 +402,23 @@ class DeltaSink:  # implements sinks.base.Sink
         for name in ("tables", "offsets", "partition_ts", "resolved_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
         # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
-        write_deltalake(uri, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
-                        storage_options=self.storage_options, commit_properties=self._commit(version))
+        write_deltalake(uri if table is None else table, pa.Table.from_pydict(row, schema=PROGRESS), mode="append",
+                        schema_mode="merge", storage_options=self.storage_options,
+                        commit_properties=self._commit(version))
 
     # -- changes held for a later batch (consistency = "resolved-ts") -----------------------------------
     def hold(self, rows: pa.Table, batch: int, version: int) -> None:
         """Keep this batch's held changes as snapshot ``batch`` (the changelog rows, as decoded)."""
         uri = self.internal_uri("held")
-        if rows.num_rows == 0 or self.done(uri, version):
+        if rows.num_rows == 0:
+            return
+        table = self._open(uri)
+        if self._committed(table, version):
             return
         rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
         rows = rows.append_column("held_batch", pa.array([batch] * rows.num_rows, pa.int64()))
-        write_deltalake(uri, rows, mode="append", schema_mode="merge", storage_options=self.storage_options,
-                        commit_properties=self._commit(version))
+        write_deltalake(uri if table is None else table, rows, mode="append", schema_mode="merge",
+                        storage_options=self.storage_options, commit_properties=self._commit(version))
 
     def held(self, batch: int | None) -> pa.Table | None:
         """The changes snapshot ``batch`` held (None: nothing was held)."""
@@ -430,7 +440,7 @@ class DeltaSink:  # implements sinks.base.Sink
         """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""
         uri = self.table_uri(database, table)
         current = self._open(uri)
-        if current is None or self.done(uri, version):
+        if current is None or self._committed(current, version):
             return False
         published = current.metadata().configuration.get(CONSISTENT_UP_TO)
         if published is not None and int(published) >= commit_ts:
