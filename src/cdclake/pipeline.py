@@ -82,6 +82,7 @@ TOMBSTONE_EXPIRY_S = 3600.0
 
 
 def _collect(step: planner.RowStep) -> pa.Table:
+    """A step's changes at the driver; on a collecting thread, which thereby also makes them (see RowStep)."""
     return step.changes.toArrow()
 
 

@@ -121,6 +121,14 @@ class DeltaSink:  # implements sinks.base.Sink
         committed = None if table is None else table.transaction_version(self.app_id)
         return committed is not None and committed >= version
 
+    def _append_target(self, uri: str, version: int) -> DeltaTable | str | None:
+        """Where to append the step with this version: the table, opened once for the replay check and the
+        write (its uri where it does not exist yet); None where the step is committed already."""
+        table = self._open(uri)
+        if self._committed(table, version):
+            return None
+        return uri if table is None else table
+
     def _rewrite(self, table: DeltaTable, write: Callable[[DeltaTable], dict[str, Any]]) -> dict[str, Any]:
         """A MERGE or DELETE on the table, run again on its new version when another writer committed first
         (``cdclake maintain`` compacting beside a running pipeline): what each of them does depends only on the
@@ -303,10 +311,12 @@ class DeltaSink:  # implements sinks.base.Sink
     def record_tombstones(self, tombstones: pa.Table, version: int) -> None:
         """Append the batch's deletes (:meth:`expire_tombstones` forgets them after the retention horizon). An
         append, not an upsert per key: a MERGE reads every tombstone of the horizon, each batch."""
-        uri = self.internal_uri("tombstones")
-        table = self._tombstones()
-        if tombstones.num_rows == 0 or self._committed(table, version):
+        if tombstones.num_rows == 0:
             return
+        table = self._tombstones()
+        if self._committed(table, version):
+            return
+        uri = self.internal_uri("tombstones")
         rows = tombstones.select(TOMBSTONES.names).cast(TOMBSTONES)
         write_deltalake(self._ensure_table(uri, TOMBSTONES, table), rows, mode="append",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
@@ -378,23 +388,19 @@ class DeltaSink:  # implements sinks.base.Sink
 
     # -- dead letters and progress ----------------------------------------------------------------------
     def write_dead_letters(self, rows: pa.Table, batch: int, version: int) -> int:
-        uri = self.internal_uri("dead_letters")
-        if rows.num_rows == 0:
-            return 0
-        table = self._open(uri)
-        if self._committed(table, version):
+        target = None if rows.num_rows == 0 else self._append_target(self.internal_uri("dead_letters"), version)
+        if target is None:
             return 0
         rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
         rows = rows.append_column("batch", pa.array([batch] * rows.num_rows, pa.int64()))
         rows = rows.append_column("recorded_at", pa.array([_now()] * rows.num_rows, pa.timestamp("us", tz="UTC")))
-        write_deltalake(uri if table is None else table, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS),
-                        mode="append", storage_options=self.storage_options, commit_properties=self._commit(version))
+        write_deltalake(target, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS), mode="append",
+                        storage_options=self.storage_options, commit_properties=self._commit(version))
         return rows.num_rows
 
     def record_progress(self, progress: dict[str, Any], version: int) -> None:
-        uri = self.internal_uri("progress")
-        table = self._open(uri)
-        if self._committed(table, version):
+        target = self._append_target(self.internal_uri("progress"), version)
+        if target is None:
             return
         row = {name: [progress.get(name)] for name in PROGRESS.names}
         row["pipeline"] = [self.pipeline]
@@ -402,23 +408,19 @@ class DeltaSink:  # implements sinks.base.Sink
         for name in ("tables", "offsets", "partition_ts", "resolved_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
         # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
-        write_deltalake(uri if table is None else table, pa.Table.from_pydict(row, schema=PROGRESS), mode="append",
-                        schema_mode="merge", storage_options=self.storage_options,
-                        commit_properties=self._commit(version))
+        write_deltalake(target, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
+                        storage_options=self.storage_options, commit_properties=self._commit(version))
 
     # -- changes held for a later batch (consistency = "resolved-ts") -----------------------------------
     def hold(self, rows: pa.Table, batch: int, version: int) -> None:
         """Keep this batch's held changes as snapshot ``batch`` (the changelog rows, as decoded)."""
-        uri = self.internal_uri("held")
-        if rows.num_rows == 0:
-            return
-        table = self._open(uri)
-        if self._committed(table, version):
+        target = None if rows.num_rows == 0 else self._append_target(self.internal_uri("held"), version)
+        if target is None:
             return
         rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
         rows = rows.append_column("held_batch", pa.array([batch] * rows.num_rows, pa.int64()))
-        write_deltalake(uri if table is None else table, rows, mode="append", schema_mode="merge",
-                        storage_options=self.storage_options, commit_properties=self._commit(version))
+        write_deltalake(target, rows, mode="append", schema_mode="merge", storage_options=self.storage_options,
+                        commit_properties=self._commit(version))
 
     def held(self, batch: int | None) -> pa.Table | None:
         """The changes snapshot ``batch`` held (None: nothing was held)."""
