@@ -143,6 +143,9 @@ MYSQL_VALUES = [
     ("name", 253, v("Character", charset="utf8mb4", value="测试".encode()), "测试", "varchar"),
     ("gbk_name", 254, v("Character", charset="gbk", value="中文".encode("gbk")), "中文", "char"),
     ("latin", 15, v("Character", charset="latin1", value=b"caf\xe9 \x80"), "café €", "varchar"),
+    # MySQL's latin1 keeps the five bytes cp1252 leaves undefined, as the control characters of the same number.
+    ("latin_c1", 253, v("Character", charset="latin1", value=b"\x81\x8d\x8f\x90\x9d"), "\x81\x8d\x8f\x90\x9d",
+     "varchar"),
     ("vb", 253, v("Character", charset="binary", value=b"\x00\x01\xff"), "AAH/", "varbinary"),
     ("bin", 254, v("Character", charset="binary", value=b"ab"), "YWI=", "binary"),
     ("price", 246, v("Decimal", value="129012.1230000", precision=20, scale=7), "129012.1230000", "decimal(20,7)"),
@@ -376,6 +379,33 @@ def test_oracle_source():
     assert event.position == pad_position(998877, 1700382)
 
 
+def test_unknown_charset_keeps_the_bytes_and_is_reported(caplog):
+    # dts-avro.md §5.2: "Unknown charset: keep bytes and report." (ZHS16GBK: an Oracle charset name.)
+    fields = [{"name": "id", "dataTypeNumber": 3}, {"name": "s", "dataTypeNumber": 253}]
+    image = [v("Integer", precision=4, value="1"), v("Character", charset="ZHS16GBK", value="中".encode("gbk"))]
+    value = avro(datum(fields=fields, afterImages=image))
+    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts_avro"):
+        out = decode(value, value)
+    assert not out.failures, out.failures[0].reason
+    assert [e.after for e in out.events] == [{"id": 1, "s": V.b64("中".encode("gbk"))}] * 2
+    assert [c.type for c in out.events[0].columns] == ["int", "varbinary"]
+    assert len([r for r in caplog.records if "unknown charset 'zhs16gbk'" in r.getMessage()]) == 1
+
+
+def test_oracle_negative_intervals_keep_their_sign():
+    # dts-avro.md §5.1: interval components "all carrying the sign when negative", so INTERVAL '-0-2' YEAR TO
+    # MONTH is year 0, month -2, and INTERVAL '-3 0:0:0' DAY TO SECOND is day -3 with zero clock parts.
+    fields = [{"name": "ym", "dataTypeNumber": 182}, {"name": "ym_neg", "dataTypeNumber": 182},
+              {"name": "ds", "dataTypeNumber": 183}, {"name": "ds_neg", "dataTypeNumber": 183}]
+    image = [dt_(year=0, month=-2), dt_(year=-1, month=-2), dt_(day=-3, hour=0, minute=0, second=0),
+             dt_(day=0, hour=-4, minute=-5, second=-6, millis=-7000)]
+    event = one(avro(datum(source={"sourceType": "Oracle", "version": "19c"}, objectName="ORCL.S.T",
+                           fields=fields, afterImages=image)))
+    assert event.after == {"ym": "-0-02", "ym_neg": "-1-02", "ds": "-3 00:00:00", "ds_neg": "-0 04:05:06.000007"}
+    # The type codes name the interval types; an interval is neither a DATE nor a TIME.
+    assert [c.type for c in event.columns] == ["interval year to month"] * 2 + ["interval day to second"] * 2
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Round trips: the encoder (fastavro) and the decoder (hand-written) must agree
 
@@ -507,8 +537,6 @@ def test_bad_input_fails_with_a_reason():
     assert "unknown operation index 40" in decode(unknown_op).failures[0].reason
     unknown_source = value[:version - 1] + b"\x40" + value[version:]
     assert "unknown source type index 32" in decode(unknown_source).failures[0].reason
-    charset = patched(value, b"\x06gbk", b"\x06xx9")
-    assert "unknown charset 'xx9'" in decode(charset).failures[0].reason
     bad_utf8 = patched(value, b"\x0eutf8mb4\x0c" + "测试".encode(), b"\x0eutf8mb4\x0c\xff\xfe\xfd\xfc\xfb\xfa")
     reason = decode(bad_utf8).failures[0].reason
     assert "column 'name'" in reason and "utf-8" in reason
@@ -539,6 +567,9 @@ def test_shape_errors():
         afterImages=[v("TimestampWithTimeZone", value=dt_(2020, 1, 1, 0, 0, 0)[1], timezone="Mars/Base")])
     assert "outside 0..999999" in bad(fields=[{"name": "z", "dataTypeNumber": 7}],
                                       afterImages=[v("Timestamp", timestamp=1, millis=1_000_000)])
+    # A Timestamp beyond the calendar fails like any bad value: naming the column, not as a bare OverflowError.
+    reason = bad(fields=[{"name": "z", "dataTypeNumber": 17}], afterImages=[v("Timestamp", timestamp=10**12, millis=0)])
+    assert reason.startswith("afterImages, column 'z' (timestamp): ") and "out of range" in reason
 
 
 def test_encoder_writes_what_the_spec_example_shows():

@@ -27,11 +27,13 @@ Decoding choices, documented for users:
 - Column types are MySQL type text from ``dataTypeNumber`` (MySQL binlog codes; PostgreSQL and Oracle codes
   are mapped to their closest types, other sources are typed from the value), refined by the value where
   the code leaves it open: ``decimal(p,s)`` from the Decimal's precision and scale, ``varbinary``/``blob``
-  for charset ``binary`` or BLOB objects. A NULL value reports the text variant.
+  for charset ``binary`` or BLOB objects. A NULL value reports the text variant. Text in a charset Python
+  does not know is kept as bytes (logged once per charset).
 - ``EmptyObject.NONE`` ("not captured", e.g. an unchanged LOB) leaves the column out of that image; an
   update's images are then completed from each other, so an unchanged column keeps its value.
 - Timestamp and TimestampWithTimeZone values become UTC text; DateTime values are rendered by column type
-  (DATE, TIME, DATETIME, YEAR); Oracle's nanosecond fraction keeps nine digits when it is not whole micros.
+  (DATE, TIME, DATETIME, YEAR; Oracle intervals as ``[-]Y-MM`` and ``[-]D HH:MM:SS[.f]``, typed by their code);
+  Oracle's nanosecond fraction keeps nine digits when it is not whole micros.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import base64
 import codecs
 import datetime as dt
+import encodings.cp1252
 import io
 import logging
 import re
@@ -195,9 +198,20 @@ _TEXT_OBJECT_TYPES: Final = frozenset({"TEXT", "JSON", "XML", "ENUM", "SET", "UU
 _BINARY_OBJECT_TYPES: Final = frozenset({"BINARY", "BLOB", "BYTEA", "RAW", "LONG_RAW", "GEOMETRY", "BFILE"})
 _TEXTUAL_FAMILIES: Final = frozenset({T.TEXT, T.JSON, T.ENUM, T.SET})
 
+# MySQL's latin1 is Windows-1252 except for the five bytes that code page leaves undefined (0x81, 0x8D, 0x8F, 0x90,
+# 0x9D): MySQL stores them and reads each as the control character of the same number, where cp1252 fails.
+_MYSQL_LATIN1_TABLE: Final = "".join(chr(byte) if char == "\ufffe" else char
+                                     for byte, char in enumerate(encodings.cp1252.decoding_table))
+_MYSQL_LATIN1_ENCODING: Final = codecs.charmap_build(_MYSQL_LATIN1_TABLE)
+_MYSQL_LATIN1: Final = codecs.CodecInfo(
+    name="cdclake_mysql_latin1",
+    encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, _MYSQL_LATIN1_ENCODING),
+    decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _MYSQL_LATIN1_TABLE))
+codecs.register(lambda name: _MYSQL_LATIN1 if name == _MYSQL_LATIN1.name else None)
+
 _CHARSETS: Final = {
-    "utf8": "utf-8", "utf8mb3": "utf-8", "utf8mb4": "utf-8", "latin1": "cp1252", "ascii": "ascii", "gbk": "gbk",
-    "gb2312": "gb2312", "gb18030": "gb18030", "big5": "big5", "sjis": "shift_jis", "cp932": "cp932",
+    "utf8": "utf-8", "utf8mb3": "utf-8", "utf8mb4": "utf-8", "latin1": _MYSQL_LATIN1.name, "ascii": "ascii",
+    "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030", "big5": "big5", "sjis": "shift_jis", "cp932": "cp932",
     "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "euc_kr", "latin2": "iso8859_2", "latin5": "iso8859_9",
     "latin7": "iso8859_13", "greek": "iso8859_7", "hebrew": "iso8859_8", "cp1250": "cp1250", "cp1251": "cp1251",
     "cp1256": "cp1256", "cp1257": "cp1257", "cp850": "cp850", "cp852": "cp852", "cp866": "cp866",
@@ -209,7 +223,8 @@ _CHARSETS: Final = {
 
 
 def _codec(charset: bytes) -> str | None:
-    """Python codec for a DTS charset name; None for ``binary`` (raw bytes)."""
+    """Python codec for a DTS charset name; None for ``binary`` and for a charset Python does not know, whose
+    values are then kept as bytes (dts-avro.md §5.2). Callers cache the answer, so each is reported once."""
     name = charset.decode("ascii", "replace").strip().lower()
     if name == "binary":
         return None
@@ -219,7 +234,8 @@ def _codec(charset: bytes) -> str | None:
     try:
         return codecs.lookup(name).name
     except LookupError:
-        raise ValueError(f"unknown charset {name!r}") from None
+        log.warning("dts-avro: unknown charset %r; its values are kept as bytes (base64)", name)
+        return None
 
 
 class _Field(msgspec.Struct, frozen=True):
@@ -327,7 +343,8 @@ def _datetime_text(parts: list[int | None], kind: str, nanos: bool) -> Any:
         return year
     if kind == _TIME:
         h, m, s, f = hour or 0, minute or 0, second or 0, frac or 0
-        sign = "-" if h < 0 or m < 0 or s < 0 or f < 0 else ""
+        # A negative TIME or interval carries the sign in every component; only some may be non-zero.
+        sign = "-" if h < 0 or m < 0 or s < 0 or f < 0 or (day or 0) < 0 else ""
         text = "%02d:%02d:%02d" % (abs(h), abs(m), abs(s))  # noqa: UP031
         if f:
             text += _fraction(abs(f), nanos)
@@ -336,8 +353,8 @@ def _datetime_text(parts: list[int | None], kind: str, nanos: bool) -> Any:
         return sign + text
     if year is None or month is None:
         raise ValueError(f"{kind.upper()} value without year or month")
-    if day is None:  # an interval YEAR TO MONTH
-        return f"{year}-{abs(month):02d}"
+    if day is None:  # an interval YEAR TO MONTH: '-0-2' is year 0, month -2
+        return f"{'-' if year < 0 or month < 0 else ''}{abs(year)}-{abs(month):02d}"
     head = "-%04d" % -year if year < 0 else "%04d" % year  # noqa: UP031
     if kind == _DATE:
         return "%s-%02d-%02d" % (head, month, day)  # noqa: UP031
@@ -766,7 +783,7 @@ class DtsAvro(Format):
                 field = fields[index]
                 try:
                     value, pos = self._value(data, pos, index, types, layout)
-                except (ValueError, UnicodeDecodeError) as exc:
+                except (ValueError, UnicodeDecodeError, OverflowError) as exc:  # Overflow: beyond the calendar
                     if isinstance(exc, DecodeError):
                         raise DecodeError(f"{what}, column {field.name!r}: {exc}") from None
                     raise DecodeError(f"{what}, column {field.name!r} ({field.text_type}): {exc}") from None
@@ -828,7 +845,7 @@ class DtsAvro(Format):
         elif b == _B_DATETIME:
             parts, pos = _datetime_parts(data, pos)
             value = _datetime_text(parts, field.temporal, layout.nanos)
-            if field.family == T.UNKNOWN:
+            if field.text_type == UNKNOWN_TYPE:  # a code this source maps (an interval) keeps its type
                 types[index] = _inferred_temporal(parts)
         elif b == _B_FLOAT:
             if pos + 8 > size:
