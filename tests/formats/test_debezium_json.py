@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,41 @@ def test_binary_handling_modes_for_string_binary_columns() -> None:
         assert decode_one(message(fields, after={"b": wire}), fmt=fmt).after == {"b": "AAEC/w=="}
 
 
+def test_float32_values_are_the_float32_number() -> None:
+    # JsonConverter writes a Connect FLOAT32 as Java's shortest float text (tiflow's col_float: 12345.123). The
+    # column holds the float32 nearest to that text, which is also what the Avro converter carries.
+    event = decode_one(message([field("f", "float"), field("d", "double")], after={"f": 12345.123, "d": 12345.123}))
+    assert event.after == {"f": struct.unpack("<f", struct.pack("<f", 12345.123))[0], "d": 12345.123}
+
+
+def test_zoned_time_offset_is_applied() -> None:
+    # §9.3: ZonedTime is an ISO time *with offset*; Debezium's ZonedTime formats whatever offset it is given.
+    fields = [field(n, "string", "io.debezium.time.ZonedTime") for n in ("east", "west", "utc")]
+    event = decode_one(message(fields, after={"east": "10:15:30.5+08:00", "west": "23:30:00-01:00",
+                                              "utc": "10:15:30Z"}))
+    assert event.after == {"east": "02:15:30.5", "west": "00:30:00", "utc": "10:15:30"}
+
+
+def test_numeric_decimal_key_is_read_exactly() -> None:
+    # §2.1 decimal.format=NUMERIC: a DECIMAL key column is a JSON number in the key as in the value (§6).
+    number = b"2222222222222222300000001111.1234567890"
+    pk = field("d", "bytes", "org.apache.kafka.connect.data.Decimal", optional=False, scale="10",
+               connect__decimal__precision="38")
+    fields = [pk, field("f", "double")]
+    value = message(fields, after=None).replace(b'"after": null', b'"after": {"d": ' + number + b', "f": 1.5}')
+    key_schema = json.dumps({"type": "struct", "name": "dbserver1.inventory.orders.Key", "optional": False,
+                             "fields": [pk, fields[1]]}).encode()
+    exact = {"d": "2222222222222222300000001111.1234567890", "f": 1.5}
+    for key in (b'{"d": ' + number + b', "f": 1.5}',
+                b'{"schema": ' + key_schema + b', "payload": {"d": ' + number + b', "f": 1.5}}'):
+        event = decode_one(value, key=key)
+        assert event.after == event.key == exact
+        assert type(event.key["f"]) is float
+    schemaless = decode_one(json.dumps({"after": {"d": 1}, "source": mysql_source(), "op": "c"}).encode(),
+                            key=b'{"d": 1.5}')
+    assert schemaless.key == {"d": 1.5} and type(schemaless.key["d"]) is float
+
+
 def test_decimal_numbers_are_read_exactly() -> None:
     # decimal.format=NUMERIC (Flink CDC): a JSON number where the schema says Decimal bytes
     value = message([field("d", "bytes", "org.apache.kafka.connect.data.Decimal", scale="10",
@@ -404,7 +440,7 @@ def test_corpus_tiflow_datatype(corpus: Path) -> None:
         "col_y": 2023, "col_bit_1": True, "col_bit_5": 0b10000, "col_bit_6": 0b10000, "col_bit_60": 0b10000,
         "col_varchar": "foo", "col_char": "foo", "col_varbinary": "Zm9v",
         "col_binary": base64.b64encode(b"foo" + bytes(97)).decode(), "col_blob": "Zm9v",
-        "col_decimal": 12345.12345, "col_numeric": 12345.12345, "col_float": 12345.123, "col_double": 12345.12345,
+        "col_decimal": 12345.12345, "col_numeric": 12345.12345, "col_float": 12345.123046875, "col_double": 12345.12345,
         "col_int": -2147483648, "col_int_unsigned": 4294967295, "col_tinyint": -128, "col_tinyint_unsigned": 255,
         "col_smallint": -32768, "col_smallint_unsigned": 65535, "col_mediumint": -8388608,
         "col_mediumint_unsigned": 16777215, "col_bigint": -9223372036854775808,

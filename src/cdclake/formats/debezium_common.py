@@ -404,6 +404,26 @@ def _strip_zone(text: str) -> str:
     return text
 
 
+def _utc_time(text: str) -> str:
+    """A ZonedTime/IsoTime (``HH:MM:SS[.f…]`` with ``Z`` or ``±hh:mm``) as the UTC time of day."""
+    body = _strip_zone(text)
+    offset = text[len(body):]
+    if offset[1:] in ("", "00:00"):
+        return body
+    head, dot, frac = body.partition(".")
+    east = (int(offset[1:3]) * 60 + int(offset[4:6])) * 60 * (1 if offset[0] == "+" else -1)
+    seconds = (V.micros_from_time_text(head) // 1_000_000 - east) % 86_400
+    return V.time_text_from_micros(seconds * 1_000_000) + dot + frac
+
+
+_F32: Final = struct.Struct("<f")
+
+
+def _float32(value: float) -> float:
+    # JsonConverter writes FLOAT32 as Java's shortest float text, whose nearest double is not the float32.
+    return _F32.unpack(_F32.pack(value))[0]
+
+
 def _point_wkb(value: Mapping[str, Any]) -> bytes:
     return struct.pack("<BIdd", 1, 1, float(value["x"]), float(value["y"]))
 
@@ -450,7 +470,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if semantic == ZONED_TIMESTAMP:
         return lambda v: zoned_timestamp_text(v, fsp)
     if semantic in (ZONED_TIME, ISO_TIME):
-        return lambda v: _fit_fraction(_strip_zone(v), fsp)
+        return lambda v: _fit_fraction(_utc_time(v), fsp)
     if semantic == ISO_DATE:
         return _strip_zone
     if semantic == ISO_TIMESTAMP:
@@ -486,7 +506,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
         if t.family == T.DECIMAL:
             scale = t.scale or 0
             return lambda v: V.decimal_text(Decimal(repr(float(v))), scale)
-        return None
+        return _float32 if kind == "float" else None
     if kind == "boolean":
         return int if t.family in (T.INTEGER, T.BIT) else None
     if kind == "string":
@@ -542,7 +562,8 @@ class RowShape:
             columns.append(Column(name, text, False, field.optional))
             if conv is not None:
                 convs.append((index, conv))
-            self.lookup[field.name] = (name, conv)
+            # JSON keys are read with exact numbers, for Decimal columns; a double column wants its float.
+            self.lookup[field.name] = (name, float if conv is None and field.type == "double" else conv)
         self.names = tuple(names)
         self.wire_names = tuple(f.name for f in spec.fields)
         self.convs = tuple(convs)

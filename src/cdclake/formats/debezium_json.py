@@ -58,6 +58,8 @@ class _Message(msgspec.Struct, gc=False):
 
 
 _message_decoder: Final = msgspec.json.Decoder(_Message)
+# Keys are read with exact numbers, as payloads are: a DECIMAL key column may be a JSON number (NUMERIC format).
+_key_decoder: Final = msgspec.json.Decoder(float_hook=Decimal)
 _encoder: Final = msgspec.json.Encoder()
 
 # Connect literal types → the Python type msgspec validates a payload value against.
@@ -199,7 +201,7 @@ class DebeziumJson(DebeziumFormat):
 
     def _key(self, data: bytes, shape: RowShape | None) -> Row | None:
         try:
-            message = msgspec.json.decode(data)
+            message = _key_decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise DecodeError(f"key is not JSON: {exc}") from None
         if message is None:
@@ -215,7 +217,9 @@ class DebeziumJson(DebeziumFormat):
             if shape is None:
                 shape = self._key_shape(message["schema"])
             message = payload
-        return shape.convert_key(message) if shape is not None else message
+        if shape is None:  # no schema says which numbers are decimals: JSON numbers are floats
+            return {name: float(v) if type(v) is Decimal else v for name, v in message.items()}
+        return shape.convert_key(message)
 
     def _key_shape(self, schema: dict[str, Any]) -> RowShape:
         text = _encoder.encode(schema)
