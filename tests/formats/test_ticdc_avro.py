@@ -9,6 +9,7 @@ import json
 import logging
 import pickle
 import struct
+import zlib
 from decimal import Decimal
 
 import fastavro
@@ -19,7 +20,7 @@ from typer.testing import CliRunner
 
 from cdclake.cli import app
 from cdclake.confluent import DirectoryRegistry, MemoryRegistry, RegistryError, frame
-from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
+from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Checksum, Column
 from cdclake.formats import create, get
 from cdclake.formats.ticdc_avro import CorruptionError, TicdcAvro, _read_reference, sanitize
 from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
@@ -495,6 +496,24 @@ def test_checksum_example_4_needs_the_server_zone():
         "computes to 400594880 (TIMESTAMP columns are hashed in UTC from timestamp-zone=UTC: is that the TiCDC "
         "server's tz?)"
     )
+
+
+def test_checksum_of_a_timestamp_in_a_dst_fold_verifies():
+    # TiCDC tz=Europe/Berlin sends "2021-10-31 02:30:00" (the hour clocks repeat). TiCDC hashes it converted
+    # back to UTC by Go's time.Date, which in this fold takes CET (+01:00): "2021-10-31 01:30:00".
+    utc = b"2021-10-31 01:30:00"
+    expected = zlib.crc32(struct.pack("<I", len(utc)) + utc, zlib.crc32(struct.pack("<Q", 1)))
+    schema = _checksum_schema()
+    schema["fields"][1] = _column("ts", "string", "TIMESTAMP")
+    datum = {"id": 1, "ts": "2021-10-31 02:30:00", "_tidb_op": "c", "_tidb_commit_ts": TSO,
+             "_tidb_commit_physical_time": PHYSICAL, "_tidb_row_level_checksum": str(expected),
+             "_tidb_corrupted": False, "_tidb_checksum_version": 0}  # fmt: skip
+    fmt = TicdcAvro(**{"timestamp-zone": "Europe/Berlin"})
+    value_id = fmt.registry.register("v", schema)
+    key_id = fmt.registry.register("k", {**schema, "fields": schema["fields"][:1]})
+    out = fmt.decode([Record(key=frame(key_id, b"\x02"), value=_framed(value_id, schema, datum))])
+    assert not out.failures, out.failures[0].reason
+    assert out.events[0].checksum == Checksum(expected, expected, True)
 
 
 def test_uncomputable_checksum_is_a_mismatch():

@@ -162,6 +162,35 @@ def test_timestamp_conversion_keeps_fraction_digits_and_zero():
         timestamp_to_utc("yesterday", "+02:00")
 
 
+@pytest.mark.parametrize(
+    ("wall", "zone", "utc"),
+    [
+        # autumn folds east of UTC: Go picks the offset in effect at the wall time read as UTC, the later one
+        ("2021-10-31 02:30:00", "Europe/Berlin", "2021-10-31 01:30:00"),
+        ("2021-10-31 01:30:00.25", "Europe/London", "2021-10-31 01:30:00.25"),
+        ("2021-04-04 02:30:00", "Australia/Sydney", "2021-04-03 16:30:00"),
+        # west of UTC Go picks the earlier one; times next to a fold are unambiguous
+        ("2021-11-07 01:30:00", "America/New_York", "2021-11-07 05:30:00"),
+        ("2021-10-31 01:30:00", "Europe/Berlin", "2021-10-30 23:30:00"),
+        ("2021-10-31 03:30:00", "Europe/Berlin", "2021-10-31 02:30:00"),
+    ],
+)
+def test_timestamp_in_a_dst_fold_is_read_as_go_reads_it(wall, zone, utc):
+    # TiCDC hashes ConvertTimeZone(tz → UTC) of the wall text, which goes through Go's time.Date: its lookup
+    # takes the zone offset at the wall time read as UTC and keeps it when the result lies in that offset's
+    # period (spec §4 calls the choice ambiguous; Go's code makes it deterministic).
+    assert timestamp_to_utc(wall, zone) == utc
+
+
+def test_bit_given_as_an_integer_out_of_range_is_an_input_error():
+    # the encoder accepts integers (canonical BIT values) as well as Avro bytes
+    with pytest.raises(ChecksumInputError, match="wider than 64 bits"):
+        encode_value("BIT", 1 << 64)
+    with pytest.raises(ChecksumInputError, match="negative"):
+        encode_value("BIT", -1)
+    assert encode_value("BIT", (1 << 64) - 1) == bytes([255]) * 8
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="unknown TiDB type 'GEOMETRY'"):
         column_encoder("GEOMETRY")

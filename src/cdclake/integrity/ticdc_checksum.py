@@ -96,8 +96,8 @@ def _text(value: Any) -> bytes:
 
 def _bit(value: Any) -> bytes:
     number = value if isinstance(value, int) else int.from_bytes(value, "big")
-    if number > MASK64:
-        raise ChecksumInputError(f"BIT value of {len(value)} bytes is wider than 64 bits")
+    if not 0 <= number <= MASK64:
+        raise ChecksumInputError(f"BIT value {number} is negative or wider than 64 bits")
     return _pack_u64(number)
 
 
@@ -146,6 +146,17 @@ def _set(allowed: Sequence[str]) -> Encoder:
     return encode
 
 
+def _go_wall_to_utc(wall: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
+    """A naive wall time in ``zone`` as naive UTC, read the way Go's ``time.Date`` reads it (TiDB converts
+    the TIMESTAMP it hashes with it). In a DST fold Go keeps the offset in effect at the wall time taken as
+    UTC when the result lies in that offset's period: the later offset east of UTC, the earlier one west of
+    it, where Python's ``fold=0`` always takes the earlier one."""
+    offset = wall.replace(tzinfo=dt.UTC).astimezone(zone).utcoffset()
+    utc = wall - offset
+    actual = utc.replace(tzinfo=dt.UTC).astimezone(zone).utcoffset()
+    return utc if actual == offset else wall - actual
+
+
 def timestamp_to_utc(text: str, server_zone: str) -> str:
     """A TIMESTAMP text in the TiCDC server's zone, as UTC text of the same shape and fraction digits; the
     zero timestamp is left as it is (TiCDC never converts it)."""
@@ -157,7 +168,7 @@ def timestamp_to_utc(text: str, server_zone: str) -> str:
         micros = int((frac + "000000")[:6]) if frac else 0
     except ValueError:
         raise ChecksumInputError(f"TIMESTAMP {text[:40]!r} is not YYYY-MM-DD HH:MM:SS[.f]") from None
-    moment = moment.replace(microsecond=micros, tzinfo=V.zone(server_zone)).astimezone(dt.UTC)
+    moment = _go_wall_to_utc(moment.replace(microsecond=micros), V.zone(server_zone))
     out = moment.strftime("%Y-%m-%d %H:%M:%S")
     return out + dot + f"{moment.microsecond:06d}"[: len(frac)] if frac else out
 
