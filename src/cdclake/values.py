@@ -18,7 +18,7 @@ import datetime as dt
 import math
 from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from cdclake import types as T
@@ -29,6 +29,8 @@ EPOCH = dt.datetime(1970, 1, 1)
 DECIMAL_CONTEXT = Context(prec=200)
 EPOCH_DATE = dt.date(1970, 1, 1)
 UTC = dt.UTC
+# How a producer reads a wall time in a DST fold or gap: see local_timestamp_to_utc.
+FoldRule = Literal["java", "go"]
 
 
 class BadValue(ValueError):
@@ -160,15 +162,47 @@ def is_zero_date(text: str) -> bool:
     return text.startswith("0000-00-00")
 
 
-def local_timestamp_to_utc(text: str, source_zone: str) -> str:
-    """A TIMESTAMP that the producer rendered in its own zone, as canonical UTC text. Zero dates cannot
-    be converted and stay as the producer wrote them."""
+def go_wall_to_utc(wall: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
+    """A naive wall time in ``zone`` as naive UTC, read the way Go's ``time.Date`` reads it (TiDB and TiCDC
+    convert with it). In a DST fold Go keeps the offset in effect at the wall time taken as UTC when the
+    result lies in that offset's period: the later offset east of UTC, the earlier one west of it, where
+    Python's ``fold=0`` (and Java's ``ZonedDateTime.of``) always takes the earlier one."""
+    offset = wall.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+    utc = wall - offset
+    actual = utc.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+    return utc if actual == offset else wall - actual
+
+
+def _wall(text: str) -> tuple[dt.datetime, str]:
+    head, _, frac = text.partition(".")
+    return dt.datetime.fromisoformat(head.replace(" ", "T")), ("." + frac if frac else "")
+
+
+def local_timestamp_to_utc(text: str, source_zone: str, *, rule: FoldRule = "java") -> str:
+    """A TIMESTAMP that the producer rendered in its own zone, as canonical UTC text. A wall time in a DST
+    fold or gap is read by the producer's ``rule``: ``java`` (Canal, Debezium, DTS) takes the earlier
+    offset, ``go`` (TiCDC) Go's (:func:`go_wall_to_utc`). Zero dates cannot be converted and stay as the
+    producer wrote them."""
     if is_zero_date(text):
         return text
-    head, _, frac = text.partition(".")
-    moment = dt.datetime.fromisoformat(head.replace(" ", "T")).replace(tzinfo=zone(source_zone))
-    fraction = "." + frac if frac else ""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    wall, fraction = _wall(text)
+    if rule == "go":
+        moment = go_wall_to_utc(wall, zone(source_zone))
+    else:
+        moment = wall.replace(tzinfo=zone(source_zone)).astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+
+
+def other_readings(text: str, source_zone: str) -> list[str]:
+    """The UTC texts a wall time in a DST fold or gap of ``source_zone`` can also mean, besides the
+    one :func:`local_timestamp_to_utc` with ``rule="go"`` gives; empty outside folds and gaps."""
+    if is_zero_date(text):
+        return []
+    wall, fraction = _wall(text)
+    tz = zone(source_zone)
+    chosen = go_wall_to_utc(wall, tz)
+    readings = {wall - wall.replace(tzinfo=tz, fold=fold).utcoffset() for fold in (0, 1)} - {chosen}
+    return [moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z" for moment in sorted(readings)]
 
 
 def utc_timestamp_to_local(text: str, target_zone: str) -> str:
@@ -207,11 +241,11 @@ def set_mask(value: str | int, t: SqlType) -> int:
     return sum(1 << i for i, m in enumerate(t.members) if m in labels)
 
 
-def from_text(text: str | None, t: SqlType, timestamp_zone: str | None = None) -> Any:
+def from_text(text: str | None, t: SqlType, timestamp_zone: str | None = None, *, rule: FoldRule = "java") -> Any:
     """A value rendered as text by Canal/TiCDC (every value a string) → canonical value.
 
     Binary values arrive as ISO-8859-1 characters, one per byte. TIMESTAMP text is in the producer's
-    zone: with ``timestamp_zone`` it becomes UTC text, otherwise it stays as given.
+    zone: with ``timestamp_zone`` it becomes UTC text (a DST fold read by ``rule``), otherwise it stays as given.
     """
     if text is None:
         return None
@@ -226,7 +260,7 @@ def from_text(text: str | None, t: SqlType, timestamp_zone: str | None = None) -
         if family == T.BINARY:
             return b64(text.encode("latin-1"))
         if family == T.TIMESTAMP and timestamp_zone:
-            return local_timestamp_to_utc(text, timestamp_zone)
+            return local_timestamp_to_utc(text, timestamp_zone, rule=rule)
         if family == T.ENUM:
             return enum_value(int(text), t) if text.isdigit() else text
         if family == T.SET:

@@ -599,6 +599,19 @@ EXTRA_TYPES = ("bool", "timestamp(3)", "enum", "set", "decimal", "varbinary", "g
                "mediumint unsigned")
 
 
+@pytest.mark.parametrize(("flavour", "utc"), [("tidb", "2021-10-31T01:30:00Z"), ("canal", "2021-10-31T00:30:00Z"),
+                                              ("dts", "2021-10-31T00:30:00Z")])
+def test_timestamp_in_a_dst_fold_is_read_by_the_producers_rule(flavour, utc):
+    # Berlin's 02:30 repeats: TiCDC (Go) means the CET one, Canal and DTS (Java) the earlier, CEST one
+    message = {"database": "d", "table": "t", "pkNames": ["id"], "isDdl": False, "type": "INSERT", "es": 1,
+               "mysqlType": {"id": "int", "ts": "timestamp"}, "data": [{"id": "1", "ts": "2021-10-31 02:30:00"}]}
+    (event,) = events_of(message, **{"timestamp-zone": "Europe/Berlin", "flavour": flavour})
+    assert event.after["ts"] == utc
+    t = parse_type("timestamp")
+    rule = "go" if flavour == "tidb" else "java"
+    assert converter(t, "Europe/Berlin", rule)("2021-10-31 02:30:00") == utc
+
+
 @pytest.mark.parametrize("type_text", (*ALL_TYPES, "timestamp(3)"))
 @pytest.mark.parametrize("zone", ["UTC", "+05:30", None])
 def test_converters_agree_with_from_text(type_text, zone):

@@ -514,6 +514,37 @@ def test_checksum_of_a_timestamp_in_a_dst_fold_verifies():
     out = fmt.decode([Record(key=frame(key_id, b"\x02"), value=_framed(value_id, schema, datum))])
     assert not out.failures, out.failures[0].reason
     assert out.events[0].checksum == Checksum(expected, expected, True)
+    # the decoded value is the instant that was hashed, not Python's fold=0 reading (00:30 UTC)
+    assert out.events[0].after["ts"] == "2021-10-31T01:30:00Z"
+
+
+@pytest.mark.parametrize(
+    ("wall", "hashed", "status", "value"),
+    [
+        # Berlin's repeated 02:30 hashed with CEST, the reading Go does not pick: not corrupt, and that instant
+        ("2021-10-31 02:30:00.5", "2021-10-31 00:30:00.5", OK, "2021-10-31T00:30:00.5Z"),
+        # the skipped 02:30 hashed with CEST (Go picks CET here)
+        ("2021-03-28 02:30:00", "2021-03-28 00:30:00", OK, "2021-03-28T00:30:00Z"),
+        # no reading of the wall time gives this checksum: still a mismatch
+        ("2021-10-31 02:30:00", "2021-10-31 02:30:00", MISMATCH, "2021-10-31T01:30:00Z"),
+    ],
+)
+def test_checksum_mismatch_in_a_dst_fold_tries_the_other_reading(wall, hashed, status, value):
+    utc = hashed.encode()
+    expected = zlib.crc32(struct.pack("<I", len(utc)) + utc, zlib.crc32(struct.pack("<Q", 1)))
+    schema = _checksum_schema()
+    schema["fields"][1] = _column("ts", "string", "TIMESTAMP")
+    datum = {"id": 1, "ts": wall, "_tidb_op": "c", "_tidb_commit_ts": TSO,
+             "_tidb_commit_physical_time": PHYSICAL, "_tidb_row_level_checksum": str(expected),
+             "_tidb_corrupted": False, "_tidb_checksum_version": 0}  # fmt: skip
+    fmt = TicdcAvro(**{"timestamp-zone": "Europe/Berlin", "corruption-handling": "warn"})
+    value_id = fmt.registry.register("v", schema)
+    key_id = fmt.registry.register("k", {**schema, "fields": schema["fields"][:1]})
+    record = Record(key=frame(key_id, b"\x02"), value=_framed(value_id, schema, datum))
+    (event,) = fmt.decode([record]).events
+    assert (event.checksum.expected, event.checksum.ok) == (expected, status == OK)
+    assert event.after["ts"] == value
+    assert fmt.verify([record])[0].status == status
 
 
 def test_uncomputable_checksum_is_a_mismatch():

@@ -218,6 +218,13 @@ def test_timestamp_zone_option_gives_utc():
                **{"timestamp-zone": "UTC"}).after["m"] == "1973-12-30T15:30:00Z"
 
 
+def test_timestamp_in_a_dst_fold_is_read_as_ticdc_hashes_it():
+    # TiCDC (Go) reads Berlin's repeated 02:30 with CET, as its checksum does; Python's fold=0 would take CEST
+    value = '{"u":{"id":{"t":8,"h":true,"f":11,"v":1},"m":{"t":7,"f":65,"v":"2021-10-31 02:30:00"}}}'
+    event = one(frame(('{"ts":1,"scm":"test","tbl":"t","t":1}', value)), **{"timestamp-zone": "Europe/Berlin"})
+    assert event.after["m"] == "2021-10-31T01:30:00Z"
+
+
 def test_unsigned_flag_gives_unsigned_types_and_exact_values():
     value = '{"u":{"id":{"t":8,"h":true,"f":139,"v":18446744073709551615},"s":{"t":1,"f":193,"v":255}}}'
     event = one(frame(('{"ts":1,"scm":"d","tbl":"t","t":1}', value)))

@@ -14,12 +14,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from cdclake import values as V
 from cdclake.integrity.ticdc_checksum import (
     ChecksumInputError,
     RowChecksum,
     column_encoder,
     encode_value,
     expected_checksum,
+    fold_readings,
     join_allowed,
     row_checksum,
     split_allowed,
@@ -180,6 +182,37 @@ def test_timestamp_in_a_dst_fold_is_read_as_go_reads_it(wall, zone, utc):
     # takes the zone offset at the wall time read as UTC and keeps it when the result lies in that offset's
     # period (spec §4 calls the choice ambiguous; Go's code makes it deterministic).
     assert timestamp_to_utc(wall, zone) == utc
+
+
+@pytest.mark.parametrize(
+    ("wall", "zone", "go", "java"),
+    [
+        ("2021-10-31 02:30:00.5", "Europe/Berlin", "2021-10-31T01:30:00.5Z", "2021-10-31T00:30:00.5Z"),
+        ("2021-11-07 01:30:00", "America/New_York", "2021-11-07T05:30:00Z", "2021-11-07T05:30:00Z"),
+        ("2021-03-28 02:30:00", "Europe/Berlin", "2021-03-28T01:30:00Z", "2021-03-28T01:30:00Z"),
+        ("2021-07-01 12:00:00", "Europe/Berlin", "2021-07-01T10:00:00Z", "2021-07-01T10:00:00Z"),
+        ("0000-00-00 00:00:00", "Europe/Berlin", "0000-00-00 00:00:00", "0000-00-00 00:00:00"),
+    ],
+)
+def test_decoded_timestamp_takes_the_producers_fold_rule(wall, zone, go, java):
+    # TiCDC's values must be the instants its checksum hashes (Go's rule); Java producers take the earlier offset
+    assert V.local_timestamp_to_utc(wall, zone, rule="go") == go
+    assert V.local_timestamp_to_utc(wall, zone) == java
+    if go.endswith("Z"):
+        assert timestamp_to_utc(wall, zone) == go[:-1].replace("T", " ")
+
+
+def test_fold_readings_find_the_reading_of_each_timestamp_that_matches():
+    zone = "Europe/Berlin"
+    checksum = RowChecksum([column_encoder("INT"), *[column_encoder("TIMESTAMP", server_zone=zone)] * 3])
+    row = [1, "2021-10-31 02:30:00", "2021-10-31 02:15:00", "2021-07-01 12:00:00"]
+    # TiCDC hashed the second column with Go's reading (CET), the first with the other one (CEST)
+    hashed = row_checksum([("INT", 1, ()), ("TEXT", "2021-10-31 00:30:00", ()), ("TEXT", "2021-10-31 01:15:00", ()),
+                           ("TEXT", "2021-07-01 10:00:00", ())])
+    assert checksum(row) != hashed
+    assert fold_readings(checksum, row, (1, 2, 3), zone, hashed) == {1: "2021-10-31T00:30:00Z"}
+    assert fold_readings(checksum, row, (1, 2, 3), zone, hashed ^ 1) is None
+    assert fold_readings(checksum, row, (3,), zone, hashed) is None  # not in a fold: nothing to try
 
 
 def test_bit_given_as_an_integer_out_of_range_is_an_input_error():

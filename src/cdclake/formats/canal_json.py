@@ -178,7 +178,7 @@ _BUILTIN: Final[dict[str, Converter]] = {T.INTEGER: int, T.YEAR: int, T.BIT: int
 _AS_TEXT: Final = frozenset((T.TEXT, T.JSON, T.DATE, T.DATETIME, T.TIME, T.VECTOR, T.UNKNOWN))
 
 
-def converter(t: SqlType, timestamp_zone: str | None) -> Converter | None:
+def converter(t: SqlType, timestamp_zone: str | None, rule: V.FoldRule = "java") -> Converter | None:
     """The text → canonical value function of one column type (``None``: the text is the value).
 
     Equivalent to :func:`cdclake.values.from_text` (the tests hold them to it); it only picks, once per
@@ -190,7 +190,7 @@ def converter(t: SqlType, timestamp_zone: str | None) -> Converter | None:
     builtin = _BUILTIN.get(family)
     if builtin is not None:
         return builtin
-    slow = partial(V.from_text, t=t, timestamp_zone=timestamp_zone)
+    slow = partial(V.from_text, t=t, timestamp_zone=timestamp_zone, rule=rule)
     if family == T.DECIMAL:
         return _decimal_converter(slow)
     if family in (T.ENUM, T.SET):
@@ -271,7 +271,8 @@ class _Schema:
                  "single_key", "types_raw")
 
     def __init__(self, database: str | None, table: str | None, types: dict[str, str], pk: list[str],
-                 timestamp_zone: str | None, raw: tuple[msgspec.Raw, msgspec.Raw, msgspec.Raw | None]) -> None:
+                 timestamp_zone: str | None, raw: tuple[msgspec.Raw, msgspec.Raw, msgspec.Raw | None],
+                 rule: V.FoldRule = "java") -> None:
         # The raw members are views of one message's bytes, which stay referenced while the schema is.
         self.types_raw, self.pk_raw, self.codes_raw = raw
         self.pk = tuple(pk)
@@ -281,7 +282,7 @@ class _Schema:
         convs, post, fields = [], [], []
         for i, col in enumerate(self.columns):
             t = parse_type(col.type if col.type != UNKNOWN_TYPE else None)
-            f = converter(t, timestamp_zone)
+            f = converter(t, timestamp_zone, rule)
             if f is not None:
                 convs.append((col.name, f, t))
             native = _BUILTIN.get(t.family)
@@ -400,7 +401,8 @@ class CanalJson(Format):
                "and DELETE carries its row in old."),
         Option("compression", "none", "Whole-value compression (TiCDC large-message-handle-compression).",
                ("none", "snappy", "lz4")),
-        Option("flavour", "canal", "What the encoder writes: open-source Canal, TiCDC (with _tidb), or DTS.",
+        Option("flavour", "canal", "What the encoder writes: open-source Canal, TiCDC (with _tidb), or DTS; "
+               "tidb also makes the decoder read a TIMESTAMP in a DST fold as TiCDC (Go) does.",
                ("canal", "tidb", "dts")),
     )
 
@@ -412,6 +414,8 @@ class CanalJson(Format):
         self._zone: str | None = self.settings["timestamp-zone"] or None
         if self._zone:
             V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
+        # TiCDC resolves a DST fold by Go's rule, Canal and DTS (Java) by the earlier offset
+        self._rule: V.FoldRule = "go" if self.settings["flavour"] == "tidb" else "java"
         self._swap: bool = self.settings["dts-legacy-swap"]
         self._compressed = self.settings["compression"] != "none"
         self._schemas: dict[tuple[str | None, str | None], _Schema] = {}
@@ -601,7 +605,7 @@ class CanalJson(Format):
             self._schemas.clear()
         raw = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType)
         schema = self._schemas[(msg.database, msg.table)] = _Schema(msg.database, msg.table, types, pk,
-                                                                   self._zone, raw)
+                                                                   self._zone, raw, self._rule)
         return schema
 
     def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:

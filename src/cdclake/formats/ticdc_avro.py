@@ -92,6 +92,7 @@ from cdclake.integrity.ticdc_checksum import (
     RowChecksum,
     column_encoder,
     expected_checksum,
+    fold_readings,
     join_allowed,
     split_allowed,
 )
@@ -169,7 +170,7 @@ def _utc_timestamp(text: str) -> str:
 def _local_timestamp(zone: str) -> Converter:
     def convert(text: str) -> str:
         try:
-            return V.local_timestamp_to_utc(text, zone)
+            return V.local_timestamp_to_utc(text, zone, rule="go")
         except ValueError:
             raise V.BadValue(f"TIMESTAMP {text[:40]!r} is not YYYY-MM-DD HH:MM:SS[.f]") from None
 
@@ -280,6 +281,8 @@ class _Plan:
         "parsed",
         "table",
         "tail",
+        "timestamps",
+        "zone",
     )  # fmt: skip
 
     def __init__(self, raw: dict[str, Any], parsed: Any, zone: str) -> None:
@@ -311,6 +314,8 @@ class _Plan:
             else ""
         )
         self.checksum = RowChecksum(encoders)
+        self.timestamps = tuple(i for i, c in enumerate(cols) if c.tidb_type == "TIMESTAMP")
+        self.zone = zone
         self.columns = [Column(c.name, c.type_text, False, c.nullable) for c in cols]
         self.fast: Callable[[bytes], _Read] | None = _compile_reader(raw, self, encoders, V.zone(zone) is V.UTC)
 
@@ -808,14 +813,6 @@ class TicdcAvro(Format):
         if read is None:
             read = _read_reference(plan, value, value_id)
         row, before, op_text, commit_ts, physical, expected, corrupted, actual, problem = read
-        try:  # the key record repeats the row's key columns: take them from the row
-            if len(key_names) == 1:
-                name = key_names[0]
-                key = {name: row[name]}
-            else:
-                key = {name: row[name] for name in key_names}
-        except KeyError:
-            key = self._read(key_plan, key_data, key_id)[0]
         op = _OPS.get(op_text)
         if op is None:
             raise DecodeError(f"unknown {OP_FIELD} {op_text!r} (expected c, u or d)")
@@ -823,9 +820,19 @@ class TicdcAvro(Format):
             if actual and not corrupted and expected == str(actual):  # the common case, quickly
                 checksum, outcome = Checksum(actual, actual, True), _VERIFIED
             else:
+                if plan.timestamps and actual is not None and not corrupted and not problem:
+                    actual = _fold_match(plan, value, value_id, expected, row) or actual
                 checksum, outcome = _verdict(expected, corrupted, actual, problem, plan.hint)
         else:
             checksum, outcome = None, _NO_CHECKSUM_FIELDS
+        try:  # the key record repeats the row's key columns: take them from the row (after a fold reading)
+            if len(key_names) == 1:
+                name = key_names[0]
+                key = {name: row[name]}
+            else:
+                key = {name: row[name] for name in key_names}
+        except KeyError:
+            key = self._read(key_plan, key_data, key_id)[0]
         if op == DELETE:
             before, after = row, None
         else:
@@ -1039,6 +1046,26 @@ def _read_reference(plan: _Plan, data: bytes, schema_id: int) -> _Read:
         tail.get(COMMIT_TS_FIELD), tail.get(PHYSICAL_TIME_FIELD), tail.get(CHECKSUM_FIELD),
         tail.get(CORRUPTED_FIELD), actual, problem,
     )  # fmt: skip
+
+
+def _fold_match(plan: _Plan, data: bytes, schema_id: int, expected_text: str | None, row: dict[str, Any]) -> int | None:
+    """The expected checksum when another reading of a TIMESTAMP in a DST fold or gap matches it (see
+    :func:`fold_readings`); ``row`` then takes the instants that matched. Only run on a mismatch: it reads
+    the record again for its wire values."""
+    try:
+        expected = expected_checksum(expected_text)
+    except ValueError:
+        return None  # _verdict reports it
+    if expected is None:
+        return None
+    wire = read_payload(plan.parsed, data, schema_id)
+    readings = fold_readings(plan.checksum, [wire[name] for name in plan.order], plan.timestamps, plan.zone,
+                             expected)  # fmt: skip
+    if readings is None:
+        return None
+    for i, text in readings.items():
+        row[plan.order[i]] = text
+    return expected
 
 
 def _verdict(

@@ -333,7 +333,7 @@ def _geometry(v: Any) -> Any:
 
 
 def _timestamp_to_utc(v: Any, zone: str) -> str:
-    return V.local_timestamp_to_utc(_check_text(v), zone)
+    return V.local_timestamp_to_utc(_check_text(v), zone, rule="go")
 
 
 Converter = Callable[[Any], Any]

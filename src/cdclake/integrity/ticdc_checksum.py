@@ -19,6 +19,7 @@ mode TiCDC requires for checksums; ``Decimal``/negative ``long`` from the other 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import struct
 import zlib
@@ -146,17 +147,6 @@ def _set(allowed: Sequence[str]) -> Encoder:
     return encode
 
 
-def _go_wall_to_utc(wall: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
-    """A naive wall time in ``zone`` as naive UTC, read the way Go's ``time.Date`` reads it (TiDB converts
-    the TIMESTAMP it hashes with it). In a DST fold Go keeps the offset in effect at the wall time taken as
-    UTC when the result lies in that offset's period: the later offset east of UTC, the earlier one west of
-    it, where Python's ``fold=0`` always takes the earlier one."""
-    offset = wall.replace(tzinfo=dt.UTC).astimezone(zone).utcoffset()
-    utc = wall - offset
-    actual = utc.replace(tzinfo=dt.UTC).astimezone(zone).utcoffset()
-    return utc if actual == offset else wall - actual
-
-
 def timestamp_to_utc(text: str, server_zone: str) -> str:
     """A TIMESTAMP text in the TiCDC server's zone, as UTC text of the same shape and fraction digits; the
     zero timestamp is left as it is (TiCDC never converts it)."""
@@ -168,7 +158,7 @@ def timestamp_to_utc(text: str, server_zone: str) -> str:
         micros = int((frac + "000000")[:6]) if frac else 0
     except ValueError:
         raise ChecksumInputError(f"TIMESTAMP {text[:40]!r} is not YYYY-MM-DD HH:MM:SS[.f]") from None
-    moment = _go_wall_to_utc(moment.replace(microsecond=micros), V.zone(server_zone))
+    moment = V.go_wall_to_utc(moment.replace(microsecond=micros), V.zone(server_zone))
     out = moment.strftime("%Y-%m-%d %H:%M:%S")
     return out + dot + f"{moment.microsecond:06d}"[: len(frac)] if frac else out
 
@@ -253,6 +243,35 @@ class RowChecksum:
             if value is not None:
                 crc = zlib.crc32(encode(value), crc)
         return crc
+
+
+# Each TIMESTAMP in a fold doubles the readings to try; a row with more is left a mismatch.
+MAX_FOLD_COLUMNS: Final = 8
+
+
+def fold_readings(
+    checksum: RowChecksum, values: Sequence[Any], timestamps: Sequence[int], server_zone: str, expected: int
+) -> dict[int, str] | None:
+    """For a row whose checksum mismatches: other readings of its TIMESTAMP wall times that lie in a DST fold
+    or gap of ``server_zone`` (spec §4: Go's choice there is not promised) that make the checksum
+    ``expected``, as {column index: canonical UTC text}; None when no reading does. ``timestamps`` are the
+    indexes of the TIMESTAMP columns in ``values`` (wire values in column-ID order)."""
+    choices = [(i, others) for i in timestamps if values[i] is not None
+               and (others := V.other_readings(values[i], server_zone))]  # fmt: skip
+    if not choices or len(choices) > MAX_FOLD_COLUMNS:
+        return None
+    for picked in itertools.product(*([None, *others] for _, others in choices)):
+        readings = {i: text for (i, _), text in zip(choices, picked, strict=True) if text is not None}
+        if not readings:  # Go's reading everywhere: the checksum already computed
+            continue
+        crc = 0
+        for i, (encode, value) in enumerate(zip(checksum.encoders, values, strict=True)):
+            if value is not None:
+                text = readings.get(i)
+                crc = zlib.crc32(encode(value) if text is None else _text(text[:-1].replace("T", " ")), crc)
+        if crc == expected:
+            return readings
+    return None
 
 
 def row_checksum(columns: Iterable[tuple[str, Any, Sequence[str]]], server_zone: str = "UTC") -> int:
