@@ -145,7 +145,8 @@ def split_members(args: str) -> list[str]:
 def type_text(t: SqlType) -> str:
     """The type text for a parsed type (the inverse of :func:`parse_type`, up to spelling)."""
     if t.family in (ENUM, SET):
-        quoted = ",".join("'" + m.replace("'", "''") + "'" for m in t.members)
+        # split_members reads a backslash as an escape, so a literal one must be escaped too
+        quoted = ",".join("'" + m.replace("\\", "\\\\").replace("'", "''") + "'" for m in t.members)
         return f"{t.name}({quoted})"
     args = ""
     if t.length is not None:
