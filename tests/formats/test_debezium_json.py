@@ -642,7 +642,8 @@ def test_registered_and_picklable() -> None:
     (message([field("z", "string", "io.debezium.time.ZonedTimestamp")], after={"z": "yesterday"}), None,
      "column 'z'"),
     (message([field("id", "int32")], after={"id": 1}), b"not json", "key is not JSON"),
-    (message([field("id", "int32")], after={"id": 1}), b"[1]", "key is not a JSON object but list"),
+    (message([field("id", "int32")], after={"id": 1}), b"[1]", "key is not a JSON object but an array"),
+    (message([field("id", "int32")], after={"id": 1}), b"12.5", "key is not a JSON object but a number"),
     (b'{"schema": {"type": "struct"}, "payload": {"op": "c"}}', None, "struct '<root>' has no fields list"),
 ])
 def test_bad_input_is_a_failure_naming_the_problem(value: bytes, key: bytes | None, expected: str) -> None:

@@ -61,6 +61,9 @@ _message_decoder: Final = msgspec.json.Decoder(_Message)
 # Keys are read with exact numbers, as payloads are: a DECIMAL key column may be a JSON number (NUMERIC format).
 _key_decoder: Final = msgspec.json.Decoder(float_hook=Decimal)
 _encoder: Final = msgspec.json.Encoder()
+# What a decoded key that is not an object was, in JSON's terms (a number may be a Decimal: see _key_decoder).
+_JSON_KINDS: Final = {str: "a string", list: "an array", bool: "a boolean", int: "a number", float: "a number",
+                      Decimal: "a number"}
 
 # Connect literal types → the Python type msgspec validates a payload value against.
 _PY_TYPES: Final[dict[str, Any]] = {
@@ -207,7 +210,7 @@ class DebeziumJson(DebeziumFormat):
         if message is None:
             return None
         if not isinstance(message, dict):
-            raise DecodeError(f"key is not a JSON object but {type(message).__name__}")
+            raise DecodeError(f"key is not a JSON object but {_JSON_KINDS.get(type(message), type(message).__name__)}")
         if message.keys() == {"schema", "payload"} and isinstance(message["schema"], dict):
             payload = message["payload"]
             if payload is None:
