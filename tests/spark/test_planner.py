@@ -186,3 +186,25 @@ def test_types_are_inferred_per_table_and_segment_in_one_batch(spark):
     assert typed("counts") == [(0, "bigint", set())]
     assert typed("words") == [(0, "text", set())]
     assert typed("empty") == [(0, "int", {"v"})]
+
+
+def test_batches_whose_changes_all_have_a_commit_ts_reuse_the_code_spark_compiled(spark):
+    """The term for changes without a commit ts names the batch's offsets and commit ts as literals, which Spark
+    writes into the code it generates: a running pipeline compiled its largest stage anew every batch. Without
+    such changes it is left out, so a batch that differs from the one before only in those compiles nothing."""
+    codegen = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def batch(base: int, carried: dict[str, int]) -> int:
+        log = changelog(spark, [row("c", 1, base, 500 + base), row("u", 1, base + 1, 600 + base),
+                                row("c", 2, base + 2, 700 + base)]).persist()
+        compiled = codegen.getCount()
+        planned = plan(log, carried)
+        assert net(planned) == {"[1]": ("u", f"{600 + base:020d}/{base + 1:020d}"),
+                                "[2]": ("c", f"{700 + base:020d}/{base + 2:020d}")}
+        planned.release()
+        log.unpersist()
+        return codegen.getCount() - compiled
+
+    batch(0, {})
+    batch(1000, {"t:0": 700})  # the first batch with something carried
+    assert batch(2000, {"t:0": 1700}) == 0

@@ -83,6 +83,12 @@ class BatchPlan:
                    if isinstance(step, DdlStep) for action in step.actions)
 
 
+# The summary's status for events without a commit ts. Only a batch that has some needs partition_commit_ts, which
+# names the batch's offsets and commit ts as literals: Spark writes those into the code it generates, so every
+# batch of a running pipeline compiled its largest stage anew (4 classes a batch, and the JVM's JIT after them),
+# where a batch without such events keeps the same code and Spark's compiled classes from the batches before.
+TIMELESS = "timeless"
+
 # A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything
 # before it in its partition: it takes the partition's latest commit ts so far (``_partition_ts``, see
 # partition_commit_ts) and sorts after that commit's changes ("~" follows every digit).
@@ -309,8 +315,11 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     tally = F.struct("topic", "partition", detail("first_offset"), "offset", "commit_ts", detail("records"),
                      detail("events"))
     listing = F.struct("layout", detail("columns"))
-    summary = (changelog.filter(~F.col("status").isin("event", INPUT))
-               .groupBy("status", F.when(F.col("status") == "tally", tally).alias("tally"),
+    # Events without a commit ts are counted too: only they need partition_commit_ts (see there).
+    timeless = (F.col("status") == "event") & F.col("commit_ts").isNull()
+    summary = (changelog.filter(~F.col("status").isin("event", INPUT) | timeless)
+               .groupBy(F.when(timeless, F.lit(TIMELESS)).otherwise(F.col("status")).alias("status"),
+                        F.when(F.col("status") == "tally", tally).alias("tally"),
                         F.when(F.col("status") == "layout", listing).alias("listed"))
                .agg(F.count(F.lit(1)).alias("rows")).collect())
     counts: dict[str, int] = defaultdict(int)
@@ -327,8 +336,10 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         offsets[coords] = max(offsets.get(coords, t["offset"]), t["offset"])
         if t["commit_ts"] is not None:
             partition_ts[coords] = max(partition_ts.get(coords, 0), t["commit_ts"])
+    partition_ts_of_timeless = (partition_commit_ts(tallies, dict(carried_ts or {})) if counts.pop(TIMELESS, 0)
+                                else F.lit(None).cast("bigint"))
     events = (changelog.filter(F.col("status") == "event")
-              .withColumn("_partition_ts", partition_commit_ts(tallies, dict(carried_ts or {})))
+              .withColumn("_partition_ts", partition_ts_of_timeless)
               .withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts"))
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
