@@ -552,9 +552,9 @@ def main() -> None:
         f"lake {'equals' if not bounded_problems else 'DIFFERS from'} the simulator's final state"
         f"{': ' + '; '.join(bounded_problems[:3]) if bounded_problems else ''}. A warm run repeats the first "
         "run's queries, so "
-        "Spark reuses their compiled code; in a running pipeline, a batch that reads other offsets than before "
-        "compiles about four queries anew (the planner's, which name offsets; 0.24 s of compiling for a run of "
-        "three batches, measured on 2026-11-25).",
+        "Spark reuses their compiled code; so does a running pipeline's next batch, unless it holds changes "
+        "without a commit ts (TiCDC Avro deletes), whose term names the batch's offsets: then about four of the "
+        "planner's stages are compiled anew.",
         "",
         f"CPU during the first run: {_cpu_text(cpu, e2e_s)}; during the median warm run: "
         f"{_cpu_text(warm_cpu, warm_s)}. "
