@@ -190,7 +190,7 @@ def local_timestamp_to_utc(text: str, source_zone: str, *, rule: FoldRule = "jav
         moment = go_wall_to_utc(wall, zone(source_zone))
     else:
         moment = wall.replace(tzinfo=zone(source_zone)).astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    return _utc_text(moment, fraction)
 
 
 def other_readings(text: str, source_zone: str) -> list[str]:
@@ -202,7 +202,12 @@ def other_readings(text: str, source_zone: str) -> list[str]:
     tz = zone(source_zone)
     chosen = go_wall_to_utc(wall, tz)
     readings = {wall - wall.replace(tzinfo=tz, fold=fold).utcoffset() for fold in (0, 1)} - {chosen}
-    return [moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z" for moment in sorted(readings)]
+    return [_utc_text(moment, fraction) for moment in sorted(readings)]
+
+
+def _utc_text(moment: dt.datetime, fraction: str) -> str:
+    """Canonical TIMESTAMP text of a UTC moment, with the fraction digits the producer wrote."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 def utc_timestamp_to_local(text: str, target_zone: str) -> str:

@@ -264,14 +264,15 @@ def fold_readings(
         readings = {i: text for (i, _), text in zip(choices, picked, strict=True) if text is not None}
         if not readings:  # Go's reading everywhere: the checksum already computed
             continue
-        crc = 0
-        for i, (encode, value) in enumerate(zip(checksum.encoders, values, strict=True)):
-            if value is not None:
-                text = readings.get(i)
-                crc = zlib.crc32(encode(value) if text is None else _text(text[:-1].replace("T", " ")), crc)
-        if crc == expected:
+        encoders = [_utc_reading if i in readings else encode for i, encode in enumerate(checksum.encoders)]
+        if RowChecksum(encoders)([readings.get(i, value) for i, value in enumerate(values)]) == expected:
             return readings
     return None
+
+
+def _utc_reading(text: str) -> bytes:
+    """A TIMESTAMP already read as canonical UTC text (``…T…Z``), hashed as :func:`timestamp_to_utc` renders it."""
+    return _text(text[:-1].replace("T", " "))
 
 
 def row_checksum(columns: Iterable[tuple[str, Any, Sequence[str]]], server_zone: str = "UTC") -> int:

@@ -336,7 +336,8 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         offsets[coords] = max(offsets.get(coords, t["offset"]), t["offset"])
         if t["commit_ts"] is not None:
             partition_ts[coords] = max(partition_ts.get(coords, 0), t["commit_ts"])
-    partition_ts_of_timeless = (partition_commit_ts(tallies, dict(carried_ts or {})) if counts.pop(TIMELESS, 0)
+    timeless_events = counts.pop(TIMELESS, 0)
+    partition_ts_of_timeless = (partition_commit_ts(tallies, dict(carried_ts or {})) if timeless_events
                                 else F.lit(None).cast("bigint"))
     events = (changelog.filter(F.col("status") == "event")
               .withColumn("_partition_ts", partition_ts_of_timeless)
