@@ -2,21 +2,61 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, PER_SESSION, SHORT_RUN_JAVA_OPTIONS, session_settings
+
+SOCKETS = "spark.python.unix.domain.socket.enabled"
+SOCKET_DIR = "spark.python.unix.domain.socket.dir"
 
 
 @pytest.mark.parametrize(("master", "remote"), [(None, None), ("local[2]", None), (None, "local[2]")])
 def test_a_session_on_this_machine_gets_its_tuning(master, remote):
     settings = session_settings(master, remote, "/opt/python")
-    assert settings == {**LOCAL_DEFAULTS, "spark.pyspark.python": "/opt/python"}
+    assert settings == {**LOCAL_DEFAULTS, "spark.pyspark.python": "/opt/python", SOCKETS: "true",
+                        SOCKET_DIR: settings[SOCKET_DIR]}
     assert settings["spark.sql.shuffle.partitions"] == "4"
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a path as short as the system's own (pytest's are too long for a socket)."""
+    with tempfile.TemporaryDirectory(prefix="s") as path:
+        yield Path(path)
+
+
+def test_the_python_processes_sockets_are_files_only_this_user_can_reach(short_tmp, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    directory = session_settings(None, None, "/opt/python")[SOCKET_DIR]
+    assert directory == str(short_tmp / f"cdclake-{os.getuid()}")
+    mode = os.stat(directory).st_mode
+    assert stat.S_ISDIR(mode) and stat.S_IMODE(mode) == 0o700
+
+
+def test_sockets_go_over_tcp_where_a_socket_files_path_would_be_too_long(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    settings = session_settings(None, None, "/opt/python")
+    assert SOCKETS not in settings and SOCKET_DIR not in settings
+
+
+def test_sockets_go_over_tcp_where_the_private_directory_is_not_private(short_tmp, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    (short_tmp / f"cdclake-{os.getuid()}").mkdir()
+    os.chmod(short_tmp / f"cdclake-{os.getuid()}", 0o777)  # the mode mkdir got is masked by the umask
+    assert SOCKETS not in session_settings(None, None, "/opt/python")
 
 
 @pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://https://host:6443"])
 def test_a_cluster_session_keeps_the_clusters_own_settings_but_runs_in_utc(master):
     settings = session_settings(master, None, "/opt/python")
+    # a cluster's executors have their own temporary directories: no socket directory of this machine
     assert settings == {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
                         "spark.pyspark.python": "/opt/python"}
     assert set(PER_SESSION) <= settings.keys()

@@ -5,6 +5,7 @@ threads in them."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
@@ -26,6 +27,32 @@ def test_the_local_sessions_python_workers_run_through_the_launcher_and_import_t
 
     assert {row.file for row in spark.range(4).mapInArrow(imported, "file string").collect()} == {pyspark.__file__}
     assert spark.conf.get("spark.pyspark.python") == worker_python()
+
+
+def test_the_local_sessions_python_processes_talk_to_the_jvm_over_unix_sockets_in_a_private_directory(spark):
+    def sockets(batches):
+        import pyarrow as pa
+
+        # /proc/net/unix: "Num RefCount Protocol Flags Type St Inode Path"; this worker's own sockets by inode.
+        with open("/proc/net/unix") as table:
+            paths = {int(f[6]): f[7] if len(f) > 7 else "" for f in (line.split() for line in list(table)[1:])}
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the descriptor listdir itself read with
+                continue
+        own = {int(link[8:-1]) for link in links if link.startswith("socket:[")}
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"unix": [len(own & paths.keys())] * batch.num_rows,
+                                              "paths": [sorted(set(paths.values()))] * batch.num_rows})
+
+    directory = spark.conf.get("spark.python.unix.domain.socket.dir")
+    assert spark.conf.get("spark.python.unix.domain.socket.enabled") == "true"
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    rows = spark.range(4).mapInArrow(sockets, "unix long, paths array<string>").collect()
+    assert all(row.unix >= 1 for row in rows)  # the worker's connection to the JVM
+    assert any(path.startswith(directory + "/") for row in rows for path in row.paths)  # the workers' daemon
 
 
 def test_the_local_session_hands_python_batches_bounded_by_records_not_bytes(spark):
