@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import pickle
 import struct
 from pathlib import Path
@@ -256,6 +257,16 @@ def test_float32_values_are_the_float32_number() -> None:
     # column holds the float32 nearest to that text, which is also what the Avro converter carries.
     event = decode_one(message([field("f", "float"), field("d", "double")], after={"f": 12345.123, "d": 12345.123}))
     assert event.after == {"f": struct.unpack("<f", struct.pack("<f", 12345.123))[0], "d": 12345.123}
+
+
+def test_nan_and_the_infinities_are_read_from_the_strings_jsonconverter_writes_for_them() -> None:
+    # A PostgreSQL (or Oracle BINARY_DOUBLE) NaN or infinity: JSON has no number for it, and Jackson writes Java's
+    # name for it as a string. Any other string where a number belongs is no value of the column.
+    fields = [field("d", "double"), field("f", "float"), field("i", "double")]
+    event = decode_one(message(fields, after={"d": "NaN", "f": "-Infinity", "i": "Infinity"}))
+    assert math.isnan(event.after["d"]) and event.after["f"] == -math.inf and event.after["i"] == math.inf
+    assert "floating-point value '1.5'" in failure_of(message(fields, after={"d": "1.5", "f": 1.0, "i": 1.0}))
+    assert "floating-point value 'nan'" in failure_of(message(fields, after={"d": "nan", "f": 1.0, "i": 1.0}))
 
 
 def test_zoned_time_offset_is_applied() -> None:

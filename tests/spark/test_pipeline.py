@@ -4,6 +4,8 @@ crashes at every step of a batch."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import random
 import subprocess
 import sys
@@ -225,6 +227,45 @@ def test_ddl_add_drop_column_truncate_drop_table(spark, tmp_path):
     assert users["[4]"]["name"] == "user 4 v0"
     assert sorted(lake_rows(lake, "shop", "audit")) == ["[3]"]
     assert not (tmp_path / "lake" / "shop" / "tmp").exists()
+
+
+def _non_finite_records(format_name: str) -> list[Record]:
+    """Rows 1-3 inserted with NaN, +Infinity and -Infinity in a DOUBLE and a FLOAT; row 1 then updated to NaN again
+    and row 2 to a plain number; as each producer writes them."""
+    images = [(1, "NaN", "NaN"), (2, "Infinity", "-Infinity"), (3, "-Infinity", "Infinity"), (1, "NaN", "Infinity"),
+              (2, "2.5", "0.5")]
+    if format_name == "debezium-json":  # JsonConverter: Java's names as strings (JSON has no number for them)
+        from tests.formats.test_debezium_json import field, message, mysql_source
+
+        fields = [field("id", "int32", optional=False), field("d", "double"), field("f", "float")]
+        key_schema = {"type": "struct", "name": "dbserver1.inventory.orders.Key", "optional": False,
+                      "fields": [fields[0]]}
+        out = []
+        for pos, (i, d, f) in enumerate(images):
+            after = {"id": i, "d": d if d.isalpha() or d[1:].isalpha() else float(d),
+                     "f": f if f.isalpha() or f[1:].isalpha() else float(f)}
+            value = message(fields, op="c" if pos < 3 else "u", after=after, before={**after} if pos >= 3 else None,
+                            source=mysql_source(pos=1000 + pos, ts_ms=1700000000000 + pos))
+            key = json.dumps({"schema": key_schema, "payload": {"id": i}}).encode()
+            out.append(Record(key=key, value=value, topic="cdc", partition=0, offset=pos))
+        return out
+    columns = [Column("id", "bigint", key=True, nullable=False), Column("d", "double"), Column("f", "float")]
+    events = [ChangeEvent(kind=ROW, op=INSERT if pos < 3 else UPDATE, database="inventory", table="orders",
+                          key={"id": i}, after={"id": i, "d": float(d), "f": float(f)}, columns=columns,
+                          commit_ts=(1000 + pos) << 18) for pos, (i, d, f) in enumerate(images)]
+    return records(events)  # Canal (Java) writes Double.toString: "NaN", "Infinity", "-Infinity"
+
+
+@pytest.mark.parametrize("format_name", ["debezium-json", "canal-json"])
+def test_nan_and_the_infinities_reach_the_lake_as_themselves(spark, tmp_path, batches_of, format_name):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0001.jsonl", _non_finite_records(format_name))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake", format=format_name)
+    assert summary.total("dead_letters") == 0
+    rows = lake_rows(str(tmp_path / "lake"), "inventory", "orders")
+    assert math.isnan(rows["[1]"]["d"]) and rows["[1]"]["f"] == math.inf
+    assert rows["[2]"] == {"id": 2, "d": 2.5, "f": 0.5}
+    assert rows["[3]"] == {"id": 3, "d": -math.inf, "f": math.inf}
 
 
 def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batches_of):

@@ -419,9 +419,23 @@ def _utc_time(text: str) -> str:
 _F32: Final = struct.Struct("<f")
 
 
-def _float32(value: float) -> float:
+def _float32(value: float | str) -> float:
     # JsonConverter writes FLOAT32 as Java's shortest float text, whose nearest double is not the float32.
-    return _F32.unpack(_F32.pack(value))[0]
+    return _F32.unpack(_F32.pack(_double(value)))[0]
+
+
+def _double(value: float | str) -> float:
+    """A FLOAT64 (or FLOAT32) payload value: JsonConverter writes NaN and the infinities as the strings Java names
+    them by (JSON has no number for them), Avro as doubles; a key's number comes as a Decimal (see the JSON
+    format's key decoder)."""
+    if type(value) is str:
+        if value not in _NON_FINITE:
+            raise V.BadValue(f"floating-point value {value[:40]!r}")
+        return float(value)
+    return float(value)
+
+
+_NON_FINITE: Final = frozenset(("NaN", "Infinity", "-Infinity"))
 
 
 def _point_wkb(value: Mapping[str, Any]) -> bytes:
@@ -506,7 +520,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
         if t.family == T.DECIMAL:
             scale = t.scale or 0
             return lambda v: V.decimal_text(Decimal(repr(float(v))), scale)
-        return _float32 if kind == "float" else None
+        return _float32 if kind == "float" else _double
     if kind == "boolean":
         return int if t.family in (T.INTEGER, T.BIT) else None
     if kind == "string":

@@ -65,9 +65,10 @@ _encoder: Final = msgspec.json.Encoder()
 _JSON_KINDS: Final = {str: "a string", list: "an array", bool: "a boolean", int: "a number", float: "a number",
                       Decimal: "a number"}
 
-# Connect literal types → the Python type msgspec validates a payload value against.
+# Connect literal types → the Python type msgspec validates a payload value against (a float may be "NaN",
+# "Infinity" or "-Infinity": see debezium_common._double).
 _PY_TYPES: Final[dict[str, Any]] = {
-    "int8": int, "int16": int, "int32": int, "int64": int, "float": float, "double": float, "boolean": bool,
+    "int8": int, "int16": int, "int32": int, "int64": int, "float": float | str, "double": float | str, "boolean": bool,
     "string": str, "bytes": str,
 }
 

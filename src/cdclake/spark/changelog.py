@@ -29,10 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
+from cdclake import types as T
 from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
+from cdclake.types import parse_type
+from cdclake.values import java_float_text
 
 try:
     from cdclake import _canal
@@ -120,19 +123,20 @@ def key_text(names: list[str] | None, image: Row | None) -> bytes | None:
     return _json.encode([image.get(n) for n in names])
 
 
-def _image_json(image: Row | None, untyped: bool) -> bytes | None:
+def _image_json(image: Row | None, untyped: bool, floats: tuple[str, ...] = ()) -> bytes | None:
     """A row image as a JSON object of texts and nulls. Spark reads a string into its map of texts as it is, but
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
     it; in a column without a type, its exact Python text. This runs for every change, so a typed image is
     encoded as it is and then made texts by ``_canal.image_texts`` where that was built: for the workload's
     37-column image 4.9 µs against 9.2 for its Python twin, :func:`_image_texts`, which gives the same bytes (3.6 to
-    encode the image alone)."""
+    encode the image alone). ``floats`` names the image's FLOAT and DOUBLE columns: msgspec writes a NaN or an
+    infinity as null, so an image holding one is made texts in Python, which writes Java's text for it."""
     if image is None:
         return None
     if untyped:
         return _image_texts(image, untyped=True)
-    if _canal is not None:
+    if _canal is not None and not (floats and any(_non_finite(image.get(name)) for name in floats)):
         try:
             return _canal.image_texts(_json.encode(image))
         except ValueError:  # a value nested deeper than the C scanner follows: the Python twin has no limit
@@ -144,13 +148,16 @@ def _image_texts(image: Row, untyped: bool) -> bytes:
     return _json.encode({k: v if v is None or type(v) is str else _value_text(v, untyped) for k, v in image.items()})
 
 
+def _non_finite(value: Any) -> bool:
+    return type(value) is float and value - value != 0.0
+
+
 def _value_text(value: Any, untyped: bool) -> Any:
     kind = type(value)
     if kind is float:
-        if untyped:
-            return repr(value)
-        text = _json.encode(value).decode()
-        return None if text == "null" else text  # msgspec writes a NaN or infinity as null
+        if value - value != 0.0:  # NaN or an infinity: the text Spark casts back to it ("NaN", "-Infinity")
+            return java_float_text(value)
+        return repr(value) if untyped else _json.encode(value).decode()
     if kind is bool:
         return "true" if value else "false"
     if kind is int:
@@ -169,6 +176,7 @@ class _Layout(msgspec.Struct):
     id: int | None  # layout_id(text)
     untyped: bool
     key_names: list[str]
+    floats: tuple[str, ...]  # the FLOAT and DOUBLE columns (see _image_json)
 
 
 class _Layouts(dict[int, _Layout]):
@@ -176,11 +184,12 @@ class _Layouts(dict[int, _Layout]):
         layout = self.get(id(columns))
         if layout is None or layout.columns is not columns:
             if columns is None:
-                layout = _Layout(None, None, None, True, [])
+                layout = _Layout(None, None, None, True, [], ())
             else:
                 text = _json.encode(columns)
                 layout = _Layout(columns, text, layout_id(text), any(c.type == UNKNOWN_TYPE for c in columns),
-                                 [c.name for c in columns if c.key])
+                                 [c.name for c in columns if c.key],
+                                 tuple(c.name for c in columns if parse_type(c.type).family in (T.FLOAT, T.DOUBLE)))
             self[id(columns)] = layout
         return layout
 
@@ -489,7 +498,7 @@ def _event_columns(entries: list[_Entry], layouts: _Layouts) -> dict[str, list[A
     ids: list[int | None] = []
     for entry in entries:
         layout = layouts.of(entry.event.columns)
-        afters.append(_image_json(entry.event.after, layout.untyped))
+        afters.append(_image_json(entry.event.after, layout.untyped, layout.floats))
         ids.append(layout.id)
     events = [entry.event for entry in entries]
     sources = [e.source or _NO_SOURCE for e in events]
