@@ -465,3 +465,21 @@ def test_changes_held_by_an_older_cdclake_read_with_the_columns_it_lacked_null()
     (row,) = changelog.nested(older).to_pylist()
     assert (row["key"], row["offset"], row["layout"]) == ("[1]", 3, None)
     assert row["detail"] == {**dict.fromkeys(changelog.DETAIL_ARROW.names), "columns": "[]", "raw_value": b"v"}
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_the_compiled_paths_tallies_count_each_partition_whether_or_not_a_batch_mixes_them(mixed):
+    # A task's Arrow batch holds one partition as a rule (counted without grouping), but may hold several.
+    generated = workload.generate("canal-json", events=400, tables=2, seed=5, partitions=2)
+    fmt = formats.create("canal-json")
+    by_partition = [[r for r in generated.records if r.partition == p] for p in (0, 1)]
+    batches = [files.records_to_arrow(b) for b in ([generated.records] if mixed else by_partition)]
+    log = changelog.flat(pa.Table.from_batches(list(changelog.decode_arrow_task(fmt, batches)))).to_pylist()
+    tallies = {t["partition"]: t for t in log if t["status"] == "tally"}
+    for p, records in enumerate(by_partition):
+        events = fmt.decode(records).events
+        assert (tallies[p]["records"], tallies[p]["events"], tallies[p]["first_offset"], tallies[p]["offset"],
+                tallies[p]["commit_ts"]) == (len(records), len(events), records[0].offset, records[-1].offset,
+                                             max(e.commit_ts for e in events))
+    assert sorted((r["partition"], r["offset"]) for r in log if r["status"] == "event") == sorted(
+        (e.source.partition, e.source.offset) for e in fmt.decode(generated.records).events)
