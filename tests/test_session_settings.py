@@ -38,12 +38,14 @@ def test_the_python_processes_sockets_are_files_only_this_user_can_reach(short_t
     assert stat.S_ISDIR(mode) and stat.S_IMODE(mode) == 0o700
 
 
-def test_sockets_go_over_tcp_where_a_socket_files_path_would_be_too_long(tmp_path, monkeypatch):
+def test_sockets_go_over_tcp_where_a_socket_files_path_would_be_too_long(tmp_path, monkeypatch, caplog):
     deep = tmp_path / ("d" * 60)
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    settings = session_settings(None, None, "/opt/python")
+    with caplog.at_level("INFO", logger="cdclake.spark.session"):
+        settings = session_settings(None, None, "/opt/python")
     assert SOCKETS not in settings and SOCKET_DIR not in settings
+    assert "connect over TCP" in caplog.text and "too long a path" in caplog.text
 
 
 def test_sockets_go_over_tcp_where_the_private_directory_is_not_private(short_tmp, monkeypatch):

@@ -428,10 +428,8 @@ def _double(value: float | str) -> float:
     """A FLOAT64 (or FLOAT32) payload value: JsonConverter writes NaN and the infinities as the strings Java names
     them by (JSON has no number for them), Avro as doubles; a key's number comes as a Decimal (see the JSON
     format's key decoder)."""
-    if type(value) is str:
-        if value not in _NON_FINITE:
-            raise V.BadValue(f"floating-point value {value[:40]!r}")
-        return float(value)
+    if type(value) is str and value not in _NON_FINITE:
+        raise V.BadValue(f"floating-point value {value[:40]!r}")
     return float(value)
 
 

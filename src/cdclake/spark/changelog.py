@@ -149,13 +149,14 @@ def _image_texts(image: Row, untyped: bool) -> bytes:
 
 
 def _non_finite(value: Any) -> bool:
+    """A float NaN or infinity (``x - x`` is 0.0 for every other float)."""
     return type(value) is float and value - value != 0.0
 
 
 def _value_text(value: Any, untyped: bool) -> Any:
     kind = type(value)
     if kind is float:
-        if value - value != 0.0:  # NaN or an infinity: the text Spark casts back to it ("NaN", "-Infinity")
+        if _non_finite(value):  # the text Spark casts back to it ("NaN", "-Infinity")
             return java_float_text(value)
         return repr(value) if untyped else _json.encode(value).decode()
     if kind is bool:

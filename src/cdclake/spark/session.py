@@ -135,7 +135,7 @@ def _written(base: Path, text: str) -> Path:
 
 
 # The longest name Spark and pyspark give a socket file in its directory ("/." + a UUID + ".sock"), and the longest
-# path a Unix domain socket may have on Linux (108 bytes with the closing NUL; macOS allows 104).
+# path a Unix domain socket may have everywhere cdclake runs (macOS: 104 bytes with the closing NUL; Linux: 108).
 _SOCKET_NAME = 43
 _SOCKET_PATH_MAX = 103
 
@@ -149,9 +149,11 @@ def _unix_socket_settings() -> dict[str, str]:
     socket, as TCP still works there."""
     try:
         directory = _private(Path(tempfile.gettempdir()))
-    except OSError:
+    except OSError as exc:
+        logger.info("Spark's Python processes connect over TCP: no private directory for their sockets (%s)", exc)
         return {}
     if len(os.fsencode(directory)) + _SOCKET_NAME > _SOCKET_PATH_MAX:
+        logger.info("Spark's Python processes connect over TCP: %s is too long a path for a socket", directory)
         return {}
     return {"spark.python.unix.domain.socket.enabled": "true", "spark.python.unix.domain.socket.dir": str(directory)}
 
