@@ -304,6 +304,10 @@ def test_tasks_share_the_lines_of_several_files_evenly_and_cut_at_each_file_end(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(S, "MIN_TASK_LINES", 20)
         assert len(S._tasks([(names[0], 0, 30)], counter, 2, False)) == 1  # a task is worth its start-up
+        patch.setattr(S, "MIN_TASK_LINES", 3)
+        # 20 lines in 2 shares: the cut at line 10, 1 line past the end of "c", is left to that end.
+        nearly_even = S._tasks([(names[2], 0, 9), (names[0], 0, 11)], counter, 2, False)
+    assert [(Path(t.name).name, t.first, t.stop) for t in nearly_even] == [("c", 0, 9), ("a", 0, 11)]
 
 
 def _lake_state(rows: list[dict]) -> dict[tuple, tuple]:

@@ -7,6 +7,7 @@ the task that reads them (see :class:`Decoding`)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -106,10 +107,14 @@ def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min
     starting from a known line start near its first line: one file's lines are read, decoded and reduced in
     parallel (a file is one partition, and a batch may hold little more than one file). The cuts fall at equal
     shares of all the lines, and a file's end cuts too: cutting every segment by a fixed size left a last task of
-    a few lines (1,009,501 lines for 2 tasks made 3), a task more in every stage of the batch."""
+    a few lines (1,009,501 lines for 2 tasks made 3), a task more in every stage of the batch. A share's cut that
+    would leave fewer than ``MIN_TASK_LINES`` lines beside a file's end is left to that end: files of 504,693 and
+    504,866 lines made a third task of 86 lines, which held a core for 0.8 s while its Python worker started."""
     total = sum(stop - first for _, first, stop in segments)
     count = max(1, min(min_tasks, total // MIN_TASK_LINES))
-    cuts = [total * i // count for i in range(1, count)]
+    ends = list(itertools.accumulate(stop - first for _, first, stop in segments))[:-1]
+    cuts = [cut for cut in (total * i // count for i in range(1, count))
+            if all(abs(cut - end) >= MIN_TASK_LINES for end in ends)]
     tasks, before = [], 0  # lines of the segments before this one
     for name, first, stop in segments:
         inner = [first + cut - before for cut in cuts if before < cut < before + stop - first]
