@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import InheritableThread
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -381,10 +383,47 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
-    spark = spark or get_session(config.spark_master, config.spark_remote, config.spark_conf,
-                                 short_run=not config.follow)
+    loading = None
+    if spark is None:
+        spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
+        loading = _load_python_workers(spark, config)
     register(spark)
     compiled.warn_if_missing()
+    try:
+        return _run_sources(spark, config, progress)
+    finally:
+        if loading is not None:
+            spark.sparkContext.cancelJobGroup(LOADING_GROUP)
+            loading.join()
+
+
+# The job group of the job that loads a new local session's Python workers (see _load_python_workers).
+LOADING_GROUP = "cdclake-load-python-workers"
+
+
+def _load_python_workers(spark: SparkSession, config: PipelineConfig) -> threading.Thread | None:
+    """Loads the Python workers of a new local session with cdclake's sources and the pipeline's formats, in the
+    background while the streaming queries start, which takes Spark seconds of starting one Python helper after
+    another with a core to spare. The first batch's tasks then find their workers ready: a one-off run of the
+    benchmark's 1,009,559 records, four alternating runs each, 17.7-18.9 s instead of 19.1-19.6 s. A cluster's
+    executors start theirs as they please."""
+    if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
+        return None
+    in_use = [(source.format, source.options) for source in config.sources]
+
+    def load() -> None:
+        spark.sparkContext.setJobGroup(LOADING_GROUP, "cdclake: loading the Python workers", interruptOnCancel=True)
+        try:
+            CL.load_python_workers(spark, in_use)
+        except Exception as exc:  # cancelled once the run ended first; the run's own tasks report real trouble
+            logger.debug("loading the Python workers ahead of the first batch stopped: %s", exc)
+
+    thread = InheritableThread(target=load, name="cdclake-load-python-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress | None) -> RunSummary:
     summary = RunSummary()
     for source in config.sources:
         sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,

@@ -308,6 +308,43 @@ def test_a_run_leaves_nothing_cached_in_spark(spark, tmp_path):
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
+def test_a_run_that_starts_its_session_loads_its_formats_into_the_python_workers(spark, tmp_path):
+    """A run that starts its own session (as ``cdclake run`` does) has the Python workers import cdclake's sources and
+    build the pipeline's formats while its query starts; the later tasks find them there. A format and options no
+    other test uses show that this run loaded them (its source has no input to decode). Here the run's session is
+    the tests' own, already running."""
+    import uuid
+
+    events = [change(INSERT, 1000 + i, i) for i in range(1, 6)]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0001.jsonl", records(events))
+    marker = f"*=id_{uuid.uuid4().hex}"
+    config = PipelineConfig(lake=str(tmp_path / "lake"), name="t", sources=[
+        SourceConfig(format="canal-json", options={"flavour": "tidb"}, input=str(tmp_path / "in")),
+        SourceConfig(name="other", format="shareplex-json", options={"key-columns": marker},
+                     input=str(tmp_path / "none"))])
+    (tmp_path / "none").mkdir()
+    summary = pipeline.run(config)
+    assert sum(b.events for b in summary.batches) == 5
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == [f"[{i}]" for i in range(1, 6)]
+
+    def loaded(batches):
+        import sys
+
+        import pyarrow as pa
+
+        from cdclake.spark.changelog import _formats
+
+        ready = ("shareplex-json", (("key-columns", marker),)) in _formats and "cdclake.spark.sources" in sys.modules
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"ready": [ready] * batch.num_rows})
+
+    # Spark hands out its idle workers oldest first, and other tests may have left more than two: enough tasks
+    # to meet each.
+    assert any(r.ready for r in spark.range(16, numPartitions=16).mapInArrow(loaded, "ready boolean").collect())
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(pipeline.LOADING_GROUP)  # the run's loading job
+
+
 def test_maintenance_leaves_the_lake_equal_and_a_rerun_applies_nothing_twice(spark, tmp_path):
     events = [change(INSERT, 1000 + i, i) for i in range(1, 40)]
     events += [change(UPDATE, 2000 + i, i, version=1, before_version=0) for i in range(1, 40, 2)]

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -34,6 +34,7 @@ from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, 
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
+from cdclake.spark.session import task_slots
 from cdclake.types import parse_type
 from cdclake.values import java_float_text
 
@@ -696,6 +697,24 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
         yield from decode_arrow_task(cached_format(format_name, opts), batches, reduce)
 
     return decoder_input(records).mapInArrow(run, CHANGELOG_SCHEMA)
+
+
+def _load_in_worker(batches: Iterator[pa.RecordBatch], in_use: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+                    ) -> Iterator[pa.RecordBatch]:
+    from cdclake.spark import sources  # noqa: F401 -- what a task that reads cdclake's sources unpickles first
+
+    for name, options in in_use:
+        cached_format(name, dict(options))
+    yield from batches
+
+
+def load_python_workers(spark: SparkSession, in_use: Iterable[tuple[str, dict[str, str]]]) -> None:
+    """Starts a Python worker per task slot and loads cdclake's sources and the formats ``in_use`` into it, as a
+    decoding task would: Spark keeps the workers for its next Python tasks (``spark.python.worker.reuse``)."""
+    slots = task_slots(spark)
+    loaded = tuple((name, tuple(sorted(options.items()))) for name, options in in_use)
+    spark.range(slots, numPartitions=slots).mapInArrow(functools.partial(_load_in_worker, in_use=loaded),
+                                                       "id long").collect()
 
 
 def decoder_input(records: DataFrame) -> DataFrame:
