@@ -310,6 +310,28 @@ def test_tasks_share_the_lines_of_several_files_evenly_and_cut_at_each_file_end(
     assert [(Path(t.name).name, t.first, t.stop) for t in nearly_even] == [("c", 0, 9), ("a", 0, 11)]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=6), st.integers(1, 8), st.integers(1, 8))
+def test_tasks_cover_every_files_lines_once_and_only_whole_files_make_short_tasks(tmp_path_factory, lengths,
+                                                                                  min_lines, min_tasks):
+    from cdclake.spark import sources as S
+
+    root = tmp_path_factory.mktemp("files")
+    counter = files.LineCounter(complete_only=False)
+    segments = []
+    for number, length in enumerate(lengths):
+        path = root / f"{number:04d}.jsonl"
+        path.write_bytes(b"".join(b"%d\n" % i for i in range(length)))
+        segments.append((str(path), 0, counter.count(str(path))))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(S, "MIN_TASK_LINES", min_lines)
+        tasks = S._tasks(segments, counter, min_tasks, False)
+    assert [(t.name, line) for t in tasks for line in range(t.first, t.stop)] == [
+        (name, line) for name, first, stop in segments for line in range(first, stop)]
+    whole = {(name, first, stop) for name, first, stop in segments}
+    assert all(t.stop - t.first >= min_lines or (t.name, t.first, t.stop) in whole for t in tasks)
+
+
 def _lake_state(rows: list[dict]) -> dict[tuple, tuple]:
     """What the planner and the sink make of a changelog, in plain Python: per table and key the newest row
     change by (sequence, partition, offset, rank), an update that leaves its key also deleting the old one;

@@ -6,6 +6,7 @@ the task that reads them (see :class:`Decoding`)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import json
@@ -113,8 +114,12 @@ def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min
     total = sum(stop - first for _, first, stop in segments)
     count = max(1, min(min_tasks, total // MIN_TASK_LINES))
     ends = list(itertools.accumulate(stop - first for _, first, stop in segments))[:-1]
-    cuts = [cut for cut in (total * i // count for i in range(1, count))
-            if all(abs(cut - end) >= MIN_TASK_LINES for end in ends)]
+
+    def beside_an_end(cut: int) -> bool:
+        after = bisect.bisect_left(ends, cut)
+        return any(abs(cut - ends[i]) < MIN_TASK_LINES for i in (after - 1, after) if 0 <= i < len(ends))
+
+    cuts = [cut for cut in (total * i // count for i in range(1, count)) if not beside_an_end(cut)]
     tasks, before = [], 0  # lines of the segments before this one
     for name, first, stop in segments:
         inner = [first + cut - before for cut in cuts if before < cut < before + stop - first]
