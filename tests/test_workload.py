@@ -661,6 +661,18 @@ def test_generate_rejects_bad_input(tmp_path):
     assert not (tmp_path / "manifest.json").exists()
 
 
+def test_run_names_a_lake_or_checkpoint_that_cannot_be_a_directory(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "file").write_text("not a directory")
+    runner = CliRunner()
+    for where in (["--lake", str(tmp_path / "file" / "lake")],
+                  ["--lake", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "file" / "checkpoint")]):
+        result = runner.invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"), *where])
+        assert result.exit_code == 2, result.output
+        assert "cannot be made a directory: Not a directory" in result.output
+        assert "Traceback" not in result.output
+
+
 def test_generate_notes_what_the_format_cannot_order(tmp_path):
     result = CliRunner().invoke(app, ["generate", "--format", "canal-json", "--out", str(tmp_path), "--events",
                                       "200", "--partitions", "2", "--replays", "0.1"])

@@ -131,6 +131,17 @@ class PipelineConfig:
     def checkpoint_dir(self) -> str:
         return self.checkpoint or os.path.join(self.lake, "_cdclake", "checkpoints", self.name)
 
+    def make_directories(self) -> None:
+        """The lake's and the checkpoints' directories, where they are local paths: a path that cannot be one fails
+        here with a clear message, before Spark starts, rather than in the middle of the first batch."""
+        for what, path in (("lake", self.lake), ("checkpoint", self.checkpoint_dir())):
+            if "://" in path:
+                continue
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{what} {path!r} cannot be made a directory: {exc.strerror or exc}") from None
+
     def validate(self) -> None:
         if not self.sources:
             raise ValueError("the pipeline has no source")

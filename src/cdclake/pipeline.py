@@ -383,6 +383,7 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
+    config.make_directories()
     loading = None
     if spark is None:
         spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
