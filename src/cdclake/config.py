@@ -37,8 +37,10 @@ max_records_per_batch = 200000  # at most this many Kafka offsets per batch, sha
 "ssl.ca.location" = "/etc/ca.pem"
 ```
 
-``kafka_options`` are librdkafka settings (with ``connector = "spark"`` they go to Spark's Kafka source as
-``kafka.*`` options; ``sasl.username``/``sasl.password`` become its JAAS config). Secret values are never printed.
+Unknown keys are errors, and so is a value of the wrong type (numbers and true/false may also be written as
+text: ``"1000"``, ``"false"``); the message names the key. ``kafka_options`` are librdkafka settings (with
+``connector = "spark"`` they go to Spark's Kafka source as ``kafka.*`` options; ``sasl.username``/``sasl.password``
+become its JAAS config). Secret values are never printed.
 After a crash a Kafka source resumes at the offsets the lake says it has applied, whatever Spark's checkpoint
 holds: no gap and no duplicate. Without ``follow`` it stops once caught up with the end offsets seen at start.
 
@@ -51,6 +53,7 @@ source's partitions, so no table ever shows part of a transaction; later changes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tomllib
@@ -162,52 +165,86 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _kafka_fields(raw: dict[str, Any]) -> dict[str, Any]:
+_KINDS = {str: "a string", int: "a whole number", float: "a number", bool: "true or false", dict: "a table",
+          list: "a list"}
+
+
+def _value(table: dict[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+    """``table[key]`` as ``kind`` (``default`` when absent); a value of another type is an error that names the key,
+    as TOML writes ``"100"`` or ``"false"`` as easily as ``100`` or ``false``. Numbers and true/false are also read
+    from their text."""
+    if key not in table:
+        return default
+    value = table[key]
+    if kind is str and isinstance(value, str):
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif kind in (int, float) and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            if not (kind is int and isinstance(value, float)):  # int() would drop a fraction
+                return kind(value)
+    elif kind in (dict, list) and isinstance(value, kind):
+        return value
+    raise ValueError(f"{where}'{key}' must be {_KINDS[kind]}, not {value!r}")
+
+
+def _kafka_fields(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """The Kafka keys of a ``[[source]]``, as SourceConfig fields (a missing key keeps its default)."""
     out: dict[str, Any] = {}
-    if "kafka" in raw:
-        out["kafka"] = str(raw["kafka"])
+    for key in ("kafka", "topic_pattern", "connector"):
+        if key in raw:
+            out[key] = _value(raw, key, str, None, where)
     if "topics" in raw:
         topics = raw["topics"]
-        out["topics"] = [str(t) for t in topics] if isinstance(topics, list) else [str(topics)]
-    if "topic_pattern" in raw:
-        out["topic_pattern"] = str(raw["topic_pattern"])
+        out["topics"] = [str(t) for t in topics] if isinstance(topics, list) else [
+            _value(raw, "topics", str, "", where)]
     if "starting_offsets" in raw:
         start = raw["starting_offsets"]
-        out["starting_offsets"] = json.dumps(start) if isinstance(start, dict) else str(start)
+        out["starting_offsets"] = json.dumps(start) if isinstance(start, dict) else _value(
+            raw, "starting_offsets", str, "", where)
     if "kafka_options" in raw:
-        out["kafka_options"] = {str(k): _text(v) for k, v in raw["kafka_options"].items()}
-    if "connector" in raw:
-        out["connector"] = str(raw["connector"])
+        out["kafka_options"] = {str(k): _text(v) for k, v in _value(raw, "kafka_options", dict, {}, where).items()}
     return out
 
 
 def load(path: str) -> PipelineConfig:
-    """Read a ``PIPELINE.toml``; unknown keys are errors, so a typo never passes silently."""
+    """Read a ``PIPELINE.toml``; unknown keys are errors, so a typo never passes silently, and so is a value of the
+    wrong type."""
     with open(path, "rb") as handle:
         data: dict[str, Any] = tomllib.load(handle)
+    top = f"{path}: "
     unknown = set(data) - _TOP
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
     if "lake" not in data:
         raise ValueError(f"{path}: 'lake' is required")
     sources = []
-    for index, raw in enumerate(data.get("source", [])):
+    for index, raw in enumerate(_value(data, "source", list, [], top)):
+        where = f"{path}: source {index + 1}: "
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}must be a table ([[source]]), not {raw!r}")
         extra = set(raw) - _SOURCE
         if extra:
-            raise ValueError(f"{path}: source {index + 1}: unknown key(s) {', '.join(sorted(extra))}")
+            raise ValueError(f"{where}unknown key(s) {', '.join(sorted(extra))}")
         if "format" not in raw:
-            raise ValueError(f"{path}: source {index + 1}: 'format' is required")
+            raise ValueError(f"{where}'format' is required")
         sources.append(SourceConfig(
-            format=raw["format"], input=raw.get("input"), name=raw.get("name", f"source{index + 1}"),
-            options={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in raw.get("options", {}).items()},
-            max_records_per_batch=int(raw.get("max_records_per_batch", 0)),
-            consistency=str(raw.get("consistency", "none")), **_kafka_fields(raw)))
-    spark = data.get("spark", {})
+            format=_value(raw, "format", str, None, where), input=_value(raw, "input", str, None, where),
+            name=_value(raw, "name", str, f"source{index + 1}", where),
+            options={k: _text(v) for k, v in _value(raw, "options", dict, {}, where).items()},
+            max_records_per_batch=_value(raw, "max_records_per_batch", int, 0, where),
+            consistency=_value(raw, "consistency", str, "none", where), **_kafka_fields(raw, where)))
+    spark = _value(data, "spark", dict, {}, top)
     return PipelineConfig(
-        lake=data["lake"], sources=sources, name=data.get("name", "default"), checkpoint=data.get("checkpoint"),
-        follow=bool(data.get("follow", False)), poll_seconds=float(data.get("poll_seconds", 1.0)),
-        tombstone_retention_hours=float(data.get("tombstone_retention_hours", 168.0)),
-        spark_master=spark.get("master"), spark_remote=spark.get("remote"),
-        spark_conf={k: str(v) for k, v in spark.get("conf", {}).items()},
-        storage_options=data.get("storage"))
+        lake=_value(data, "lake", str, None, top), sources=sources, name=_value(data, "name", str, "default", top),
+        checkpoint=_value(data, "checkpoint", str, None, top), follow=_value(data, "follow", bool, False, top),
+        poll_seconds=_value(data, "poll_seconds", float, 1.0, top),
+        tombstone_retention_hours=_value(data, "tombstone_retention_hours", float, 168.0, top),
+        spark_master=_value(spark, "master", str, None, f"{path}: [spark] "),
+        spark_remote=_value(spark, "remote", str, None, f"{path}: [spark] "),
+        spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, f"{path}: [spark] ").items()},
+        storage_options=_value(data, "storage", dict, None, top))

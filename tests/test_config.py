@@ -1,0 +1,45 @@
+"""Reading PIPELINE.toml: every value has the type its key needs, or the error names the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdclake import config as C
+
+SOURCE = '[[source]]\nformat = "canal-json"\ninput = "/data/in"\n'
+
+
+def _load(tmp_path, text: str) -> C.PipelineConfig:
+    path = tmp_path / "PIPELINE.toml"
+    path.write_text(text)
+    return C.load(str(path))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('lake = 5\n' + SOURCE, "'lake' must be a string, not 5"),
+    ('lake = "/l"\nfollow = "maybe"\n' + SOURCE, "'follow' must be true or false, not 'maybe'"),
+    ('lake = "/l"\nfollow = 1\n' + SOURCE, "'follow' must be true or false, not 1"),
+    ('lake = "/l"\npoll_seconds = "fast"\n' + SOURCE, "'poll_seconds' must be a number, not 'fast'"),
+    ('lake = "/l"\ntombstone_retention_hours = true\n' + SOURCE,
+     "'tombstone_retention_hours' must be a number, not True"),
+    ('lake = "/l"\n' + SOURCE + 'max_records_per_batch = "abc"\n',
+     "source 1: 'max_records_per_batch' must be a whole number, not 'abc'"),
+    ('lake = "/l"\n' + SOURCE + 'max_records_per_batch = 1.5\n',
+     "source 1: 'max_records_per_batch' must be a whole number, not 1.5"),
+    ('lake = "/l"\n' + SOURCE + 'options = "x"\n', "source 1: 'options' must be a table, not 'x'"),
+    ('lake = "/l"\n' + SOURCE + 'kafka_options = ["a"]\n', "source 1: 'kafka_options' must be a table"),
+    ('lake = "/l"\n[spark]\nmaster = 7\n' + SOURCE, "[spark] 'master' must be a string, not 7"),
+    ('lake = "/l"\nsource = [1]\n', "source 1: must be a table ([[source]]), not 1"),
+])
+def test_a_value_of_the_wrong_type_is_an_error_that_names_its_key(tmp_path, text, message):
+    with pytest.raises(ValueError) as raised:
+        _load(tmp_path, text)
+    assert message in str(raised.value)
+
+
+def test_numbers_and_true_or_false_are_also_read_from_their_text(tmp_path):
+    config = _load(tmp_path, 'lake = "/l"\nfollow = "False"\npoll_seconds = "0.5"\n' + SOURCE
+                   + 'max_records_per_batch = "1000"\n')
+    assert (config.follow, config.poll_seconds, config.sources[0].max_records_per_batch) == (False, 0.5, 1000)
+    config = _load(tmp_path, 'lake = "/l"\nfollow = true\npoll_seconds = 2\n' + SOURCE)
+    assert (config.follow, config.poll_seconds, config.sources[0].max_records_per_batch) == (True, 2.0, 0)
