@@ -43,3 +43,34 @@ def test_numbers_and_true_or_false_are_also_read_from_their_text(tmp_path):
     assert (config.follow, config.poll_seconds, config.sources[0].max_records_per_batch) == (False, 0.5, 1000)
     config = _load(tmp_path, 'lake = "/l"\nfollow = true\npoll_seconds = 2\n' + SOURCE)
     assert (config.follow, config.poll_seconds, config.sources[0].max_records_per_batch) == (True, 2.0, 0)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('lake = "/l"\npoll_seconds = 0\n' + SOURCE, "poll_seconds must be more than 0, not 0.0"),
+    ('lake = "/l"\ntombstone_retention_hours = -1\n' + SOURCE, "tombstone_retention_hours must be 0 or more"),
+    ('lake = "/l"\n' + SOURCE.replace('"/data/in"', '"."') + 'max_records_per_batch = -3\n',
+     "source source1: max_records_per_batch must be 0 (no limit) or more, not -3"),
+])
+def test_a_value_out_of_its_range_is_an_error(tmp_path, text, message):
+    with pytest.raises(ValueError) as raised:
+        _load(tmp_path, text).validate()
+    assert message in str(raised.value)
+
+
+def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cdclake import pipeline
+    from cdclake.cli import app
+
+    ran: list[C.PipelineConfig] = []
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: ran.append(config) or pipeline.RunSummary())
+    path = tmp_path / "PIPELINE.toml"
+    path.write_text(f'lake = "{tmp_path / "lake"}"\n' + SOURCE.replace('"/data/in"', f'"{tmp_path}"'))
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(path), "--lake", str(tmp_path / "other"), "-o", "flavour=tidb"])
+    assert result.exit_code == 2 and "leave out --lake, --option" in result.output and not ran
+    assert runner.invoke(app, ["run", str(path)]).exit_code == 0
+    assert runner.invoke(app, ["run", str(path), "--follow"]).exit_code == 0
+    assert [(config.lake, config.follow) for config in ran] == [(str(tmp_path / "lake"), False),
+                                                                (str(tmp_path / "lake"), True)]

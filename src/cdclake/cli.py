@@ -118,7 +118,8 @@ def list_formats() -> None:
 
 @app.command()
 def run(
-    pipeline_file: Annotated[Path | None, typer.Argument(help="PIPELINE.toml (instead of the flags).")] = None,
+    pipeline_file: Annotated[Path | None, typer.Argument(
+        help="PIPELINE.toml (instead of the flags; --follow may be added).")] = None,
     format_name: Annotated[str | None, typer.Option("--format", "-f", help="Wire format of the input.")] = None,
     input_dir: Annotated[Path | None, typer.Option("--input", help="Directory (or file) of captured records.")] = None,
     kafka_servers: KafkaServers = None,
@@ -142,7 +143,18 @@ def run(
 
     try:
         if pipeline_file is not None:
+            flags = {"--format": (format_name, None), "--input": (input_dir, None), "--kafka": (kafka_servers, None),
+                     "--topic": (topic, None), "--topic-pattern": (topic_pattern, None),
+                     "--starting-offsets": (starting_offsets, "earliest"), "--kafka-option": (kafka_option, None),
+                     "--connector": (connector, "cdclake"), "--lake": (lake, None), "--checkpoint": (checkpoint, None),
+                     "--option": (option, None), "--max-records-per-batch": (max_records_per_batch, 0),
+                     "--name": (name, "default"), "--consistency": (consistency, "none")}
+            given = [flag for flag, (value, default) in flags.items() if value not in (default, [])]
+            if given:
+                raise ValueError(f"{pipeline_file} says what to run: leave out {', '.join(given)} (of the flags, "
+                                 "only --follow goes with a pipeline file)")
             cfg = C.load(str(pipeline_file))
+            cfg.follow = cfg.follow or follow
         else:
             if not (format_name and lake) or (input_dir is None) == (kafka_servers is None):
                 raise ValueError("give PIPELINE.toml, or --format, --lake and one of --input and --kafka")

@@ -88,6 +88,9 @@ class SourceConfig:
         if self.consistency == "resolved-ts" and self.format not in RESOLVED_TS_FORMATS:
             raise ValueError(f"source {self.name}: consistency = \"resolved-ts\" needs a format that sends "
                              f"resolved timestamps ({', '.join(RESOLVED_TS_FORMATS)}), not {self.format}")
+        if self.max_records_per_batch < 0:
+            raise ValueError(f"source {self.name}: max_records_per_batch must be 0 (no limit) or more, "
+                             f"not {self.max_records_per_batch}")
         if self.input is not None and not os.path.exists(self.input):
             raise ValueError(f"source {self.name}: input {self.input!r} does not exist")
         self._validate_kafka()
@@ -151,6 +154,10 @@ class PipelineConfig:
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names must be unique: {names}")
+        if not self.poll_seconds > 0:
+            raise ValueError(f"poll_seconds must be more than 0, not {self.poll_seconds}")
+        if not self.tombstone_retention_hours >= 0:
+            raise ValueError(f"tombstone_retention_hours must be 0 or more, not {self.tombstone_retention_hours}")
         for source in self.sources:
             source.validate()
 
