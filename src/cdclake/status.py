@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -11,7 +12,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from cdclake.sinks.delta import CONSISTENT_UP_TO
+from cdclake.sinks.delta import CONSISTENT_UP_TO, lake_tables
 
 
 def _open(uri: str) -> DeltaTable | None:
@@ -23,16 +24,13 @@ def _open(uri: str) -> DeltaTable | None:
 
 def collect(lake: str) -> dict[str, Any]:
     tables: dict[str, dict[str, Any]] = {}
-    for database in sorted(os.listdir(lake)):
-        if database.startswith(("_", ".")) or not os.path.isdir(os.path.join(lake, database)):
-            continue
-        for table in sorted(os.listdir(os.path.join(lake, database))):
-            dt = _open(os.path.join(lake, database, table))
-            if dt is not None:
-                tables[f"{database}.{table}"] = {"rows": dt.to_pyarrow_dataset().count_rows()}
-                consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
-                if consistent is not None:
-                    tables[f"{database}.{table}"]["consistent_ts"] = int(consistent)
+    for database, table in lake_tables(lake):
+        dt = _open(os.path.join(lake, database, table))
+        if dt is not None:
+            tables[f"{database}.{table}"] = {"rows": dt.to_pyarrow_dataset().count_rows()}
+            consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
+            if consistent is not None:
+                tables[f"{database}.{table}"]["consistent_ts"] = int(consistent)
     progress = _open(os.path.join(lake, "_cdclake", "progress"))
     if progress is not None:
         log = progress.to_pyarrow_table(columns=["finished_at", "tables"]).sort_by("finished_at").to_pylist()
@@ -53,9 +51,13 @@ def collect(lake: str) -> dict[str, Any]:
     return {"tables": tables, "dead_letters": dict(reasons.most_common())}
 
 
+# Where a reader's reason starts by naming the file and line it could not read ("<path>:<line>: …").
+_LOCATION = re.compile(r"^.*?:\d+: ")
+
+
 def _reason_class(reason: str | None) -> str:
-    """Dead letters grouped by what went wrong, not by each record's details."""
-    return (reason or "unknown").split(":")[0][:80]
+    """Dead letters grouped by what went wrong, not by each record's details (nor by the line a reason names)."""
+    return _LOCATION.sub("", reason or "unknown", count=1).split(":")[0][:80]
 
 
 def render(state: dict[str, Any]) -> str:

@@ -292,6 +292,18 @@ def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batc
     assert unreadable["reason"].startswith(f"{tmp_path / 'in' / '1.jsonl'}:5: not a captured record")
     assert {d["value"] for d in dead} >= {b'{"truncated": ', b"not json at all"}
     assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]"]
+    # What `cdclake status` says of it: the table's rows and last applied change, and the dead letters by reason.
+    (tmp_path / "lake" / "notes.txt").write_text("a file beside the databases is no table")
+    (tmp_path / "lake" / "scratch" / "empty").mkdir(parents=True)
+    (tmp_path / "lake" / "scratch" / "notes.txt").write_text("nor is a file beside the tables")
+    status = CliRunner().invoke(app, ["status", str(tmp_path / "lake")])
+    assert status.exit_code == 0, status.output
+    lines = status.output.splitlines()
+    (table,) = [line.split() for line in lines if line.startswith("shop.users")]
+    assert table[1:3] == ["2", str(11 << 18)] and table[4].startswith(dt.date.today().isoformat()[:4])
+    assert not any(line.startswith(("scratch", "notes")) for line in lines)
+    reasons = {line.split(maxsplit=1)[1]: int(line.split()[0]) for line in lines[lines.index("dead letters: 4") + 1:]}
+    assert reasons == {"invalid JSON": 2, "unknown Canal event type 'NOPE'": 1, "not a captured record": 1}
 
 
 def test_a_run_leaves_nothing_cached_in_spark(spark, tmp_path):

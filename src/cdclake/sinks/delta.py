@@ -453,16 +453,22 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def tables(self) -> list[tuple[str, str]]:
         """The source tables present in the lake."""
-        found = []
-        if "://" in self.lake or not os.path.isdir(self.lake):
-            return found
-        for database in sorted(os.listdir(self.lake)):
-            if database.startswith(("_", ".")):
-                continue
-            for table in sorted(os.listdir(os.path.join(self.lake, database))):
-                if os.path.isdir(os.path.join(self.lake, database, table, "_delta_log")):
-                    found.append((database, table))
+        return lake_tables(self.lake)
+
+
+def lake_tables(lake: str) -> list[tuple[str, str]]:
+    """The (database, table) of each Delta table at ``<lake>/<database>/<table>`` of a local lake; anything else
+    there (a file, a directory that holds no Delta table, the lake's own ``_cdclake``) is not a table."""
+    found = []
+    if "://" in lake or not os.path.isdir(lake):
         return found
+    for database in sorted(os.listdir(lake)):
+        if database.startswith(("_", ".")) or not os.path.isdir(os.path.join(lake, database)):
+            continue
+        for table in sorted(os.listdir(os.path.join(lake, database))):
+            if os.path.isdir(os.path.join(lake, database, table, "_delta_log")):
+                found.append((database, table))
+    return found
 
 
 class Maintained(NamedTuple):
