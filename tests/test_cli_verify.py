@@ -116,3 +116,12 @@ def test_decode_stops_on_corruption_under_error_handling(tmp_path):
     quarantined = CliRunner().invoke(app, args)
     assert quarantined.exit_code == 1  # the default dead-letters the two corrupt rows and goes on
     assert "5 records: 2 events, 0 skipped, 3 failed" in quarantined.output
+
+
+def test_decode_and_verify_name_a_directory_given_as_a_file(tmp_path):
+    for command in (["decode", "--format", "canal-json"],
+                    ["verify", "--format", "ticdc-avro", "--registry", "memory:"]):
+        result = CliRunner().invoke(app, [*command, str(tmp_path)])
+        assert result.exit_code == 2 and f"{tmp_path}: a directory; give its files ({tmp_path}/*)" in result.output
+        result = CliRunner().invoke(app, [*command, str(tmp_path / "nope")])
+        assert result.exit_code == 2 and f"{tmp_path / 'nope'}: no such file" in result.output

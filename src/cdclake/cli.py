@@ -63,7 +63,7 @@ def decode(
         raise _fail(str(exc)) from None
     for path in files:
         if not path.is_file():
-            raise _fail(f"{path}: no such file")
+            raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
     out = sys.stdout.buffer
     records = events = failed = skipped = 0
     for batch in _batches(files):
@@ -299,7 +299,7 @@ def verify(
         raise _fail(f"format {format_name} carries no row checksum to verify")
     for path in files:
         if not path.is_file():
-            raise _fail(f"{path}: no such file")
+            raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
     counts = dict.fromkeys((OK, MISMATCH, CORRUPTED, SKIPPED, FAILED), 0)
     skipped: dict[str, int] = {}
     records = 0
