@@ -659,6 +659,9 @@ def test_generate_rejects_bad_input(tmp_path):
     result = runner.invoke(app, ["generate", "--format", "canal-json", "--out", str(tmp_path), "--replays", "2"])
     assert result.exit_code != 0
     assert not (tmp_path / "manifest.json").exists()
+    (tmp_path / "file").write_text("not a directory")
+    result = runner.invoke(app, ["generate", "--format", "canal-json", "--out", str(tmp_path / "file" / "out")])
+    assert result.exit_code == 2 and "out cannot be made a directory: Not a directory" in result.output
 
 
 def test_run_names_a_lake_or_checkpoint_that_cannot_be_a_directory(tmp_path):

@@ -251,11 +251,15 @@ def generate(
             # Schemas must outlive this process for the records to be readable: a folder registry beside them.
             options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{out} cannot be made a directory: {exc.strerror or exc}") from None
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
                                replays=replays, options=options, max_keys=max_keys)
-    except ValueError as exc:
+        files = W.write_generated(out, generated)
+    except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
-    files = W.write_generated(out, generated)
     if kafka_servers:
         _publish(kafka_servers, kafka_option, generated.records, partitions)
     profile = W.profile_for(format_name, options)
