@@ -610,6 +610,10 @@ def test_timestamp_in_a_dst_fold_is_read_by_the_producers_rule(flavour, utc):
     t = parse_type("timestamp")
     rule = "go" if flavour == "tidb" else "java"
     assert converter(t, "Europe/Berlin", rule)("2021-10-31 02:30:00") == utc
+    # A message with _tidb is TiCDC's, whatever the option says.
+    (event,) = events_of({**message, "_tidb": {"commitTs": 1 << 18}},
+                         **{"timestamp-zone": "Europe/Berlin", "flavour": flavour})
+    assert event.after["ts"] == "2021-10-31T01:30:00Z"
 
 
 @pytest.mark.parametrize("type_text", (*ALL_TYPES, "timestamp(3)"))

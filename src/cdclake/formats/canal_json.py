@@ -402,7 +402,8 @@ class CanalJson(Format):
         Option("compression", "none", "Whole-value compression (TiCDC large-message-handle-compression).",
                ("none", "snappy", "lz4")),
         Option("flavour", "canal", "What the encoder writes: open-source Canal, TiCDC (with _tidb), or DTS; "
-               "tidb also makes the decoder read a TIMESTAMP in a DST fold as TiCDC (Go) does.",
+               "tidb also makes the decoder read a TIMESTAMP in a DST fold as TiCDC (Go) does (as it does anyway for "
+               "a message with _tidb).",
                ("canal", "tidb", "dts")),
     )
 
@@ -414,7 +415,8 @@ class CanalJson(Format):
         self._zone: str | None = self.settings["timestamp-zone"] or None
         if self._zone:
             V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
-        # TiCDC resolves a DST fold by Go's rule, Canal and DTS (Java) by the earlier offset
+        # TiCDC resolves a DST fold by Go's rule, Canal and DTS (Java) by the earlier offset; a message with
+        # ``_tidb`` is TiCDC's whatever the flavour says (see _schema)
         self._rule: V.FoldRule = "go" if self.settings["flavour"] == "tidb" else "java"
         self._swap: bool = self.settings["dts-legacy-swap"]
         self._compressed = self.settings["compression"] != "none"
@@ -604,8 +606,9 @@ class CanalJson(Format):
         if len(self._schemas) >= self.MAX_SCHEMAS:
             self._schemas.clear()
         raw = (msg.mysqlType, msg.pkNames, None if codes is None else msg.sqlType)
+        rule: V.FoldRule = "go" if msg.tidb is not None else self._rule
         schema = self._schemas[(msg.database, msg.table)] = _Schema(msg.database, msg.table, types, pk,
-                                                                   self._zone, raw, self._rule)
+                                                                   self._zone, raw, rule)
         return schema
 
     def _rows(self, msg: _Message, op: str, offset: int, source: Source | None) -> list[ChangeEvent]:
