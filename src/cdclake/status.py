@@ -51,13 +51,14 @@ def collect(lake: str) -> dict[str, Any]:
     return {"tables": tables, "dead_letters": dict(reasons.most_common())}
 
 
-# Where a reader's reason starts by naming the file and line it could not read ("<path>:<line>: …").
-_LOCATION = re.compile(r"^.*?:\d+: ")
+# Where a reader's reason starts by naming the file and line it could not read ("<path>:<line>: …"); not a URL's
+# host and port ("http://host:8081: …").
+_LOCATION = re.compile(r"^(?!\S*://)\S+?:\d+: ")
 
 
 def _reason_class(reason: str | None) -> str:
     """Dead letters grouped by what went wrong, not by each record's details (nor by the line a reason names)."""
-    return _LOCATION.sub("", reason or "unknown", count=1).split(":")[0][:80]
+    return _LOCATION.sub("", reason or "unknown", count=1).split(": ")[0][:80]
 
 
 def render(state: dict[str, Any]) -> str:
