@@ -37,6 +37,12 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _require_files(paths: list[Path]) -> None:
+    for path in paths:
+        if not path.is_file():
+            raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
+
+
 def _batches(paths: list[Path]) -> Iterator[list[FileLine]]:
     batch: list[FileLine] = []
     for path in paths:
@@ -61,9 +67,7 @@ def decode(
         fmt = formats.create(format_name, parse_options(formats.get(format_name), option or []))
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    for path in files:
-        if not path.is_file():
-            raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
+    _require_files(files)
     out = sys.stdout.buffer
     records = events = failed = skipped = 0
     for batch in _batches(files):
@@ -118,6 +122,7 @@ def list_formats() -> None:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     pipeline_file: Annotated[Path | None, typer.Argument(
         help="PIPELINE.toml (instead of the flags; --follow may be added).")] = None,
     format_name: Annotated[str | None, typer.Option("--format", "-f", help="Wire format of the input.")] = None,
@@ -143,13 +148,8 @@ def run(
 
     try:
         if pipeline_file is not None:
-            flags = {"--format": (format_name, None), "--input": (input_dir, None), "--kafka": (kafka_servers, None),
-                     "--topic": (topic, None), "--topic-pattern": (topic_pattern, None),
-                     "--starting-offsets": (starting_offsets, "earliest"), "--kafka-option": (kafka_option, None),
-                     "--connector": (connector, "cdclake"), "--lake": (lake, None), "--checkpoint": (checkpoint, None),
-                     "--option": (option, None), "--max-records-per-batch": (max_records_per_batch, 0),
-                     "--name": (name, "default"), "--consistency": (consistency, "none")}
-            given = [flag for flag, (value, default) in flags.items() if value not in (default, [])]
+            given = [max(p.opts, key=len) for p in ctx.command.params if p.name not in ("pipeline_file", "follow")
+                     and p.name is not None and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
             if given:
                 raise ValueError(f"{pipeline_file} says what to run: leave out {', '.join(given)} (of the flags, "
                                  "only --follow goes with a pipeline file)")
@@ -242,6 +242,7 @@ def generate(
     kafka_option: KafkaOptionPairs = None,
 ) -> None:
     """Simulate a source database and write its changes as FORMAT records, with the expected final state."""
+    from cdclake import config as C
     from cdclake import workload as W
 
     try:
@@ -251,10 +252,7 @@ def generate(
             # Schemas must outlive this process for the records to be readable: a folder registry beside them.
             options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ValueError(f"{out} cannot be made a directory: {exc.strerror or exc}") from None
+        C.make_directory("--out", str(out))
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
                                replays=replays, options=options, max_keys=max_keys)
         files = W.write_generated(out, generated)
@@ -301,9 +299,7 @@ def verify(
         raise _fail(str(exc)) from None
     if not hasattr(fmt, "verify"):
         raise _fail(f"format {format_name} carries no row checksum to verify")
-    for path in files:
-        if not path.is_file():
-            raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
+    _require_files(files)
     counts = dict.fromkeys((OK, MISMATCH, CORRUPTED, SKIPPED, FAILED), 0)
     skipped: dict[str, int] = {}
     records = 0

@@ -115,6 +115,14 @@ class SourceConfig:
             raise ValueError(f"source {self.name}: {exc}") from None
 
 
+def make_directory(what: str, path: str) -> None:
+    """``path`` as a directory, made if need be; one that cannot be is a ValueError that says so plainly."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be made a directory: {exc.strerror or exc}") from None
+
+
 CONNECTORS = ("cdclake", "spark")
 CONSISTENCY = ("none", "resolved-ts")
 RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
@@ -141,12 +149,8 @@ class PipelineConfig:
         """The lake's and the checkpoints' directories, where they are local paths: a path that cannot be one fails
         here with a clear message, before Spark starts, rather than in the middle of the first batch."""
         for what, path in (("lake", self.lake), ("checkpoint", self.checkpoint_dir())):
-            if "://" in path:
-                continue
-            try:
-                os.makedirs(path, exist_ok=True)
-            except OSError as exc:
-                raise ValueError(f"{what} {path!r} cannot be made a directory: {exc.strerror or exc}") from None
+            if "://" not in path:
+                make_directory(what, path)
 
     def validate(self) -> None:
         if not self.sources:
@@ -245,13 +249,13 @@ def load(path: str) -> PipelineConfig:
             options={k: _text(v) for k, v in _value(raw, "options", dict, {}, where).items()},
             max_records_per_batch=_value(raw, "max_records_per_batch", int, 0, where),
             consistency=_value(raw, "consistency", str, "none", where), **_kafka_fields(raw, where)))
-    spark = _value(data, "spark", dict, {}, top)
+    spark, in_spark = _value(data, "spark", dict, {}, top), f"{path}: [spark] "
     return PipelineConfig(
         lake=_value(data, "lake", str, None, top), sources=sources, name=_value(data, "name", str, "default", top),
         checkpoint=_value(data, "checkpoint", str, None, top), follow=_value(data, "follow", bool, False, top),
         poll_seconds=_value(data, "poll_seconds", float, 1.0, top),
         tombstone_retention_hours=_value(data, "tombstone_retention_hours", float, 168.0, top),
-        spark_master=_value(spark, "master", str, None, f"{path}: [spark] "),
-        spark_remote=_value(spark, "remote", str, None, f"{path}: [spark] "),
-        spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, f"{path}: [spark] ").items()},
+        spark_master=_value(spark, "master", str, None, in_spark),
+        spark_remote=_value(spark, "remote", str, None, in_spark),
+        spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, in_spark).items()},
         storage_options=_value(data, "storage", dict, None, top))

@@ -387,7 +387,7 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     loading = None
     if spark is None:
         spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
-        loading = _load_python_workers(spark, config)
+        loading = _start_loading_python_workers(spark, config)
     register(spark)
     compiled.warn_if_missing()
     try:
@@ -398,11 +398,11 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
             loading.join()
 
 
-# The job group of the job that loads a new local session's Python workers (see _load_python_workers).
+# The job group of the job that loads a new local session's Python workers (see _start_loading_python_workers).
 LOADING_GROUP = "cdclake-load-python-workers"
 
 
-def _load_python_workers(spark: SparkSession, config: PipelineConfig) -> threading.Thread | None:
+def _start_loading_python_workers(spark: SparkSession, config: PipelineConfig) -> threading.Thread | None:
     """Loads the Python workers of a new local session with cdclake's sources and the pipeline's formats, in the
     background while the streaming queries start, which takes Spark seconds of starting one Python helper after
     another with a core to spare. The first batch's tasks then find their workers ready: a one-off run of the
