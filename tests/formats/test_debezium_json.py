@@ -707,6 +707,87 @@ def test_connect_time_precision_mode() -> None:
         fmt.encode([too_long])
 
 
+def _struct(name: str, fields: dict[str, str], field: str, parameters: dict[str, str] | None = None) -> dict:
+    schema = {"type": "struct", "optional": True, "name": name, "version": 1, "field": field,
+              "fields": [{"type": kind, "optional": True, "field": member} for member, kind in fields.items()]}
+    return {**schema, "parameters": parameters} if parameters else schema
+
+
+_CLOCK = {"year": "int32", "month": "int8", "day": "int8", "hour": "int8", "minute": "int8", "second": "int8"}
+
+
+def test_structured_time_precision_mode_as_debezium_writes_it() -> None:
+    # time.precision.mode=structured (Debezium 3.x): the parts of each value by name. Older builds give "nanos", newer
+    # "picoseconds"; names may carry "Precision<n>" and "SourceColumn<hex of the column>".
+    fields = [
+        {"type": "int32", "optional": False, "field": "id"},
+        _struct("io.debezium.time.StructuredDate", {"year": "int32", "month": "int8", "day": "int8"}, "d"),
+        _struct("io.debezium.time.StructuredTimestampPrecision3", {**_CLOCK, "nanos": "int32"}, "dt"),
+        _struct("io.debezium.time.StructuredZonedTimestampSourceColumn7473",
+                {**_CLOCK, "picoseconds": "int64", "offsetSeconds": "int32", "zoneId": "string",
+                 "specialValue": "string"}, "ts", {"io.debezium.time.precision": "6"}),
+        _struct("io.debezium.time.StructuredDuration",
+                {"years": "int32", "months": "int32", "days": "int32", "hours": "int32", "minutes": "int32",
+                 "seconds": "int64", "picoseconds": "int64"}, "t",
+                {"io.debezium.time.precision": "1", "io.debezium.time.duration.kind": "elapsed-time"}),
+        _struct("io.debezium.time.StructuredZonedTimePrecision0",
+                {"hour": "int8", "minute": "int8", "second": "int8", "offsetSeconds": "int32"}, "zt"),
+        _struct("io.debezium.time.StructuredTime", {"hour": "int8", "minute": "int8", "second": "int8",
+                                                    "picoseconds": "int64"}, "lt"),
+        _struct("io.debezium.time.StructuredDuration", {"years": "int32", "months": "int32", "days": "int32"}, "iv",
+                {"io.debezium.time.duration.kind": "year-month"}),
+    ]
+    after = {"id": 1, "d": {"year": 2024, "month": 2, "day": 29},
+             "dt": {"year": 2021, "month": 10, "day": 31, "hour": 2, "minute": 30, "second": 0, "nanos": 123456789},
+             # 02:30:00.000000123 at +09:00 is 17:30 the day before in UTC; picoseconds finer than a micro are cut.
+             "ts": {"year": 2021, "month": 1, "day": 1, "hour": 2, "minute": 30, "second": 0, "picoseconds": 123,
+                    "offsetSeconds": 32400, "zoneId": "Asia/Tokyo", "specialValue": None},
+             "t": {"years": 0, "months": 0, "days": 1, "hours": -2, "minutes": 0, "seconds": 0,
+                   "picoseconds": -500_000_000_000},  # signed parts add up: 24 h - 2 h - 0.5 s
+             "zt": {"hour": 1, "minute": 0, "second": 5, "offsetSeconds": 7200},
+             "lt": {"hour": 23, "minute": 59, "second": 59, "picoseconds": 999_999_999_999},
+             "iv": {"years": 1, "months": 2, "days": 0}}
+    schema = envelope_schema(fields)
+    message = {"schema": schema, "payload": {"before": None, "after": after, "source": mysql_source(), "op": "c"}}
+    (event,) = DebeziumJson().decode([Record(value=json.dumps(message).encode())]).events
+    assert event.after == {"id": 1, "d": "2024-02-29", "dt": "2021-10-31 02:30:00.123",
+                           "ts": "2020-12-31T17:30:00.000000Z", "t": "21:59:59.5", "zt": "23:00:05",
+                           "lt": "23:59:59.999999", "iv": '{"years":1,"months":2,"days":0}'}
+    assert {c.name: c.type for c in event.columns or []} == {
+        "id": "int", "d": "date", "dt": "datetime(3)", "ts": "timestamp(6)", "t": "time(1)", "zt": "time(0)",
+        "lt": "time(6)", "iv": "json"}
+
+    def one(column: str, value: dict) -> Record:
+        body = {**message, "payload": {**message["payload"], "after": {**after, column: value}}}
+        return Record(value=json.dumps(body).encode())
+
+    zero = {"year": 0, "month": 0, "day": 0, "hour": 0, "minute": 0, "second": 0, "nanos": 0}
+    result = DebeziumJson().decode([
+        one("d", {"year": 0, "month": 0, "day": 0}), one("dt", zero),
+        one("ts", {"specialValue": "POSITIVE_INFINITY"}), one("d", {"year": 2023, "month": 2, "day": 29}),
+        one("t", {"years": 1, "months": 0, "days": 0}),
+        one("ts", {**after["ts"], "offsetSeconds": None, "zoneId": "Europe/Berlin"})])
+    assert [e.after and (e.after["d"], e.after["dt"]) for e in result.events] == [
+        ("0000-00-00", "2021-10-31 02:30:00.123"), ("2024-02-29", "0000-00-00 00:00:00.000")]
+    reasons = [f.reason for f in result.failures]
+    assert len(reasons) == 4
+    assert "POSITIVE_INFINITY has no value in the lake" in reasons[0] and "'ts'" in reasons[0]
+    assert "day is out of range" in reasons[1]
+    assert "years or months is no TIME" in reasons[2]
+    assert "'Europe/Berlin' without offsetSeconds" in reasons[3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(change_events(columns_of(("date", "datetime", "datetime(3)", "datetime(6)", "timestamp", "timestamp(6)",
+                                 "time", "time(4)", "time(6)"))))
+def test_round_trip_structured_time_precision_mode(events: list[ChangeEvent]) -> None:
+    fmt = DebeziumJson(**{"time-precision-mode": "structured"})
+    assert decoded(fmt, events) == events
+    doc = json.loads(fmt.encode(events[:1])[0].value or b"")
+    names = [f.get("name", "") for f in doc["schema"]["fields"][1]["fields"]]
+    assert all(n.startswith("io.debezium.time.Structured") for n in names[1:]), names
+
+
 @pytest.mark.parametrize("options", [{}, {"schemas-enable": "false"}])
 def test_simulated_workload_reaches_the_expected_state(options: dict[str, str]) -> None:
     # The simulator's own oracle: key changes, deletes with tombstones, 3 partitions and redelivered records.

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.spark
 CASES = [(name, {}) for name in formats.names()] + [
     ("canal-json", {"flavour": "tidb"}),
     ("debezium-json", {"schemas-enable": "false"}),
+    ("debezium-avro", {"time-precision-mode": "structured"}),
 ]
 
 

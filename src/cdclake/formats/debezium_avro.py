@@ -426,6 +426,8 @@ def avro_schema(spec: FieldSpec, defined: set[str]) -> Any:
             record["namespace"] = namespace
         if spec.semantic:
             record["connect.name"] = spec.semantic
+        if params:
+            record["connect.parameters"] = params
         return record
     if spec.type in ("array", "map"):
         assert spec.items is not None

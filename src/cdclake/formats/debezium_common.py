@@ -16,7 +16,9 @@ everything after that lives here:
 are exact and win whenever they agree with the wire type; otherwise the type follows the Connect schema
 (``int16`` → ``smallint``, ``io.debezium.time.MicroTimestamp`` → ``datetime(6)``, ``Decimal`` →
 ``decimal(p,s)``, ``Bits`` → ``bit(n)``, ``Enum`` → ``enum('a',…)``, …). Real Debezium writes MySQL TINYINT
-as ``int16`` (both corpus captures), so without source types a TINYINT reports as ``smallint``.
+as ``int16`` (both corpus captures), so without source types a TINYINT reports as ``smallint``. The structs of
+``time.precision.mode=structured`` are read by their fields' names, since Debezium 3.x versions differ in them
+(``nanos`` or ``picoseconds``); their precision comes from the schema (a parameter, or a ``Precision<n>`` name).
 
 **Ordering.** ``commit_ts`` is ``source.ts_ms`` (epoch ms: ``ts_us``/``ts_ns`` add no order MySQL has, so ms
 is kept), except for rows of a blocking snapshot (``source.snapshot`` true/first/last/…, or a legacy
@@ -35,6 +37,7 @@ namespace that holds the table; ``source.db`` is then the connector-wide databas
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import math
 import re
 import struct
@@ -95,6 +98,17 @@ GEOGRAPHY: Final = "io.debezium.data.geometry.Geography"
 POINT: Final = "io.debezium.data.geometry.Point"
 FLOAT_VECTOR: Final = "io.debezium.data.FloatVector"
 DOUBLE_VECTOR: Final = "io.debezium.data.DoubleVector"
+# time.precision.mode=structured (Debezium 3.x): temporal values as structs of their calendar and clock parts. Debezium
+# may add "Precision<n>" (the fraction digits) and "SourceColumn<hex of the column name>" (which keeps the Avro
+# records of two columns apart) to these names.
+STRUCTURED_DATE: Final = "io.debezium.time.StructuredDate"
+STRUCTURED_TIME: Final = "io.debezium.time.StructuredTime"
+STRUCTURED_ZONED_TIME: Final = "io.debezium.time.StructuredZonedTime"
+STRUCTURED_TIMESTAMP: Final = "io.debezium.time.StructuredTimestamp"
+STRUCTURED_ZONED_TIMESTAMP: Final = "io.debezium.time.StructuredZonedTimestamp"
+STRUCTURED_DURATION: Final = "io.debezium.time.StructuredDuration"
+STRUCTURED_PRECISION: Final = "io.debezium.time.precision"
+DURATION_KIND: Final = "io.debezium.time.duration.kind"
 
 SOURCE_TYPE: Final = "__debezium.source.column.type"
 SOURCE_LENGTH: Final = "__debezium.source.column.length"
@@ -151,7 +165,7 @@ OPTIONS: Final = (
            ("bytes", "base64", "base64-url-safe", "hex")),
     Option("time-precision-mode", "adaptive_time_microseconds",
            "Temporal types the encoder writes (decoding reads every mode)",
-           ("adaptive_time_microseconds", "connect")),
+           ("adaptive_time_microseconds", "connect", "structured")),
     Option("tombstones-on-delete", True, "Encoder: write a tombstone (null value) after each delete"),
     Option("propagate-source-type", True,
            "Encoder: add __debezium.source.column.* schema parameters, which make a round trip exact"),
@@ -303,8 +317,40 @@ def _labels(spec: FieldSpec) -> tuple[str, ...]:
     return tuple(allowed.split(",")) if allowed else ()
 
 
+class Structured(NamedTuple):
+    """A ``time.precision.mode=structured`` schema: its base name and the fraction digits it states."""
+
+    name: str
+    precision: int | None
+
+
+_STRUCTURED_NAME: Final = re.compile(r"(io\.debezium\.time\.Structured(?:Date|Time|ZonedTime|Timestamp|ZonedTimestamp|"
+                                     r"Duration))(?:Precision(\d+))?(?:SourceColumn[0-9a-fA-F]*)?")
+
+
+def structured(spec: FieldSpec) -> Structured | None:
+    if spec.type != "struct" or spec.semantic is None or (match := _STRUCTURED_NAME.fullmatch(spec.semantic)) is None:
+        return None
+    name, digits = match.groups()
+    if name == STRUCTURED_DURATION and spec.param(DURATION_KIND, "elapsed-time") != "elapsed-time":
+        return None  # a duration of calendar parts (PostgreSQL INTERVAL) is no TIME: its parts stay JSON text
+    stated = spec.param(STRUCTURED_PRECISION) or digits
+    return Structured(name, int(stated) if stated and stated.isdigit() else None)
+
+
+_STRUCTURED_TYPE_TEXT: Final = {
+    STRUCTURED_DATE: "date", STRUCTURED_TIMESTAMP: "datetime", STRUCTURED_ZONED_TIMESTAMP: "timestamp",
+    STRUCTURED_TIME: "time", STRUCTURED_ZONED_TIME: "time", STRUCTURED_DURATION: "time",
+}
+
+
 def wire_type_text(spec: FieldSpec) -> str:
     """The MySQL type text the Connect schema alone implies."""
+    if (parts := structured(spec)) is not None:
+        base = _STRUCTURED_TYPE_TEXT[parts.name]
+        # Like MicroTimestamp, six digits where the schema does not say: all that the lake holds.
+        digits = 6 if parts.precision is None else min(6, parts.precision)
+        return base if parts.name == STRUCTURED_DATE else f"{base}({digits})"
     semantic = spec.semantic
     if semantic == DECIMAL:
         return f"decimal({spec.param('connect.decimal.precision', '65')},{spec.param('scale', '0')})"
@@ -368,6 +414,67 @@ class Wire(msgspec.Struct, frozen=True):
 
 def _micros_from_nanos(nanos: int) -> int:
     return -((-nanos) // 1000) if nanos < 0 else nanos // 1000
+
+
+def _structured_micros(value: Mapping[str, Any]) -> int:
+    """The fraction of a structured value in micros (cut, as the lake holds no finer): newer Debezium versions
+    give picoseconds, older ones nanos."""
+    if (picos := value.get("picoseconds")) is not None:
+        return -((-picos) // 1_000_000) if picos < 0 else picos // 1_000_000
+    return _micros_from_nanos(value.get("nanos") or 0)
+
+
+def _finite(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if (special := value.get("specialValue")) is not None:
+        # PostgreSQL's infinity dates and timestamps: no DATE or TIMESTAMP of the lake holds them.
+        raise V.BadValue(f"{special} has no value in the lake")
+    return value
+
+
+def _structured_clock(value: Mapping[str, Any]) -> dt.datetime:
+    return dt.datetime(value["year"], value["month"], value["day"], value.get("hour") or 0, value.get("minute") or 0,
+                       value.get("second") or 0, _structured_micros(value))
+
+
+def _is_zero_date(value: Mapping[str, Any]) -> bool:
+    return not (value.get("year") or value.get("month") or value.get("day"))
+
+
+def _structured_converter(parts: Structured, fsp: int | None) -> Conv:
+    """A structured value (its parts by name, as the schema lists them) → canonical text."""
+    name = parts.name
+    if name == STRUCTURED_DATE:
+        return lambda v: ("0000-00-00" if _is_zero_date(_finite(v))
+                          else dt.date(v["year"], v["month"], v["day"]).isoformat())
+    if name == STRUCTURED_TIMESTAMP:
+        zero = "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
+        return lambda v: zero if _is_zero_date(_finite(v)) else V.datetime_text(_structured_clock(v), fsp)
+    if name == STRUCTURED_ZONED_TIMESTAMP:
+        return lambda v: V.timestamp_text(_structured_clock(_finite(v)) - dt.timedelta(seconds=_offset(v)), fsp)
+
+    def time_of_day(v: Mapping[str, Any]) -> str:
+        seconds = ((v.get("hour") or 0) * 60 + (v.get("minute") or 0)) * 60 + (v.get("second") or 0)
+        if name == STRUCTURED_ZONED_TIME:
+            seconds = (seconds - _offset(v)) % 86_400
+        return V.time_text_from_micros(seconds * 1_000_000 + _structured_micros(v), fsp)
+
+    def elapsed(v: Mapping[str, Any]) -> str:
+        if v.get("years") or v.get("months"):
+            raise V.BadValue("a duration of years or months is no TIME")
+        seconds = (((v.get("days") or 0) * 24 + (v.get("hours") or 0)) * 60 + (v.get("minutes") or 0)) * 60
+        return V.time_text_from_micros((seconds + (v.get("seconds") or 0)) * 1_000_000 + _structured_micros(v), fsp)
+
+    return elapsed if name == STRUCTURED_DURATION else time_of_day
+
+
+def _offset(value: Mapping[str, Any]) -> int:
+    """Seconds east of UTC of a structured zoned value: its offset, which Debezium always gives with a zone id."""
+    offset = value.get("offsetSeconds")
+    if offset is None:
+        if (value.get("zoneId") or "Z").upper() not in ("Z", "UTC", "GMT"):
+            raise V.BadValue(f"zone {value['zoneId']!r} without offsetSeconds")
+        return 0
+    return offset
 
 
 def _fit_fraction(body: str, fsp: int | None) -> str:
@@ -465,6 +572,8 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     semantic = spec.semantic
     fsp = (t.length if t.length is not None and t.length <= 6 else None) if t.family in _TEMPORAL else None
 
+    if (parts := structured(spec)) is not None:
+        return _structured_converter(parts, fsp)
     if semantic in (DATE, CONNECT_DATE):
         return V.date_text
     if semantic in (TIME, CONNECT_TIME):
@@ -806,7 +915,9 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
     family = t.family
     nullable = column.nullable is not False
     adaptive = settings["time-precision-mode"] != "connect"
+    structured_mode = settings["time-precision-mode"] == "structured"
     params: tuple[tuple[str, str], ...] = ()
+    fields: tuple[FieldSpec, ...] = ()
     semantic: str | None = None
     to_wire: Conv | None = None
     kind = "string"
@@ -848,6 +959,8 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
             to_wire = lambda v: int(v).to_bytes(width, "little")  # noqa: E731
     elif family == T.BOOLEAN:
         kind, to_wire = "boolean", bool
+    elif structured_mode and family in (T.DATE, T.DATETIME, T.TIMESTAMP, T.TIME):
+        kind, semantic, fields, params, to_wire = _structured_wire(t, column.name, nullable)
     elif family == T.DATE:
         kind, semantic = "int32", DATE if adaptive else CONNECT_DATE
         to_wire = zero_date(V.days_from_date_text, 0)
@@ -896,7 +1009,6 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         to_wire = lambda v: v if isinstance(v, str) else _json_value(v)  # noqa: E731
     if settings["propagate-source-type"]:
         params = params + _source_params(t, column)
-    fields: tuple[FieldSpec, ...] = ()
     if semantic == POINT:
         fields = (FieldSpec("x", "double", optional=False), FieldSpec("y", "double", optional=False),
                   FieldSpec("wkb", "bytes"), FieldSpec("srid", "int32"))
@@ -908,6 +1020,71 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
 
 _GEOMETRY_NAMES: Final = frozenset(("geometry", "linestring", "polygon", "multipoint", "multilinestring",
                                     "multipolygon", "geometrycollection", "geomcollection"))
+
+
+_CLOCK_FIELDS: Final = (FieldSpec("year", "int32"), FieldSpec("month", "int8"), FieldSpec("day", "int8"),
+                        FieldSpec("hour", "int8"), FieldSpec("minute", "int8"), FieldSpec("second", "int8"),
+                        FieldSpec("picoseconds", "int64"))
+_STRUCTURED_FIELDS: Final = {
+    STRUCTURED_DATE: _CLOCK_FIELDS[:3],
+    STRUCTURED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
+    STRUCTURED_ZONED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("offsetSeconds", "int32"), FieldSpec("zoneId", "string"),
+                                 FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
+    STRUCTURED_DURATION: (FieldSpec("years", "int32"), FieldSpec("months", "int32"), FieldSpec("days", "int32"),
+                          FieldSpec("hours", "int32"), FieldSpec("minutes", "int32"), FieldSpec("seconds", "int64"),
+                          FieldSpec("picoseconds", "int64"), FieldSpec("precision", "int32")),
+}
+_STRUCTURED_OF: Final = {T.DATE: STRUCTURED_DATE, T.DATETIME: STRUCTURED_TIMESTAMP,
+                         T.TIMESTAMP: STRUCTURED_ZONED_TIMESTAMP, T.TIME: STRUCTURED_DURATION}
+
+
+def _structured_wire(t: SqlType, column_name: str, nullable: bool
+                     ) -> tuple[str, str, tuple[FieldSpec, ...], tuple[tuple[str, str], ...], Conv]:
+    """A temporal column as ``time.precision.mode=structured`` writes it: its kind, schema name (qualified by the
+    column, as Debezium does, so that each column's Avro record keeps its own parameters), fields, parameters and
+    value writer."""
+    base = _STRUCTURED_OF[t.family]
+    fsp = t.fsp
+    params: tuple[tuple[str, str], ...] = () if base == STRUCTURED_DATE else ((STRUCTURED_PRECISION, str(fsp)),)
+    if base == STRUCTURED_DURATION:
+        params += ((DURATION_KIND, "elapsed-time"),)
+    def clock(moment: dt.datetime) -> dict[str, Any]:
+        return {"year": moment.year, "month": moment.month, "day": moment.day, "hour": moment.hour,
+                "minute": moment.minute, "second": moment.second, "picoseconds": moment.microsecond * 1_000_000,
+                "specialValue": None, "precision": fsp}
+
+    def date(text: str) -> dict[str, Any]:
+        if V.is_zero_date(text):
+            return {"year": 0, "month": 0, "day": 0}
+        day = dt.date.fromisoformat(text)
+        return {"year": day.year, "month": day.month, "day": day.day}
+
+    def local(text: str) -> dict[str, Any]:
+        if V.is_zero_date(text):
+            return {**dict.fromkeys(("year", "month", "day", "hour", "minute", "second", "picoseconds"), 0),
+                    "specialValue": None, "precision": fsp}
+        return clock(V.parse_datetime_text(text))
+
+    def zoned(text: str) -> dict[str, Any] | None:
+        if V.is_zero_date(text):
+            # As in the other modes: a MySQL zero TIMESTAMP is null in a nullable column, else the epoch.
+            return None if nullable else zoned("1970-01-01T00:00:00Z")
+        moment = V.parse_datetime_text(text)
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(V.UTC)
+        return {**clock(moment.replace(tzinfo=None)), "offsetSeconds": 0, "zoneId": "Z"}
+
+    def duration(text: str) -> dict[str, Any]:
+        micros = V.micros_from_time_text(text)
+        sign = -1 if micros < 0 else 1
+        seconds, fraction = divmod(abs(micros), 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        hours, minute = divmod(minutes, 60)
+        return {"years": 0, "months": 0, "days": 0, "hours": sign * hours, "minutes": sign * minute,
+                "seconds": sign * second, "picoseconds": sign * fraction * 1_000_000, "precision": fsp}
+
+    writer: Conv = {STRUCTURED_DATE: date, STRUCTURED_TIMESTAMP: local, STRUCTURED_DURATION: duration}.get(base, zoned)
+    return "struct", f"{base}SourceColumn{column_name.encode().hex()}", _STRUCTURED_FIELDS[base], params, writer
 
 
 def _connect_time(value: str) -> int:
