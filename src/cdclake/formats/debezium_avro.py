@@ -42,6 +42,7 @@ from cdclake.formats.debezium_common import (
     envelope_rows,
     key_names_of,
     schema_change_events,
+    structured,
 )
 from cdclake.formats.ticdc_avro import sanitize
 from cdclake.records import Record
@@ -426,7 +427,9 @@ def avro_schema(spec: FieldSpec, defined: set[str]) -> Any:
             record["namespace"] = namespace
         if spec.semantic:
             record["connect.name"] = spec.semantic
-        if params:
+        if params and structured(spec) is not None:
+            # Its own record per column (see column_writer). A Geometry or Point record is shared by every such
+            # column of the table, so its parameters (the column's name among them) would speak for the first only.
             record["connect.parameters"] = params
         return record
     if spec.type in ("array", "map"):
