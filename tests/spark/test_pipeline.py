@@ -357,6 +357,45 @@ def test_a_run_that_starts_its_session_loads_its_formats_into_the_python_workers
     assert spark.sparkContext.statusTracker().getJobIdsForGroup(pipeline.LOADING_GROUP)  # the run's loading job
 
 
+def test_a_run_that_ends_before_its_workers_are_loaded_waits_for_the_loading(spark, tmp_path, monkeypatch):
+    """A run of an empty input ends in about two seconds, before the loading job of its own session does. Cancelling
+    that job killed its tasks mid-write, and their Python workers printed a BrokenPipeError traceback after the run's
+    summary; the run now waits for it. Here the loading lasts until the run's queries have ended."""
+    ended = tmp_path / "queries-ended"
+
+    def loading_until_the_queries_end(session, in_use):
+        def wait(batches, ended=str(ended)):
+            import os
+            import time
+
+            for _ in range(600):
+                if os.path.exists(ended):
+                    break
+                time.sleep(0.1)
+            yield from batches
+
+        # One task: the run's own tasks need the other core.
+        session.range(1, numPartitions=1).mapInArrow(wait, "id long").collect()
+
+    def run_sources_then_say_so(*args, **kwargs):
+        try:
+            return run_sources(*args, **kwargs)
+        finally:
+            ended.touch()
+
+    run_sources = pipeline._run_sources
+    monkeypatch.setattr(pipeline, "_run_sources", run_sources_then_say_so)
+    monkeypatch.setattr(pipeline.CL, "load_python_workers", loading_until_the_queries_end)
+    tracker = spark.sparkContext.statusTracker()
+    earlier = set(tracker.getJobIdsForGroup(pipeline.LOADING_GROUP))
+    (tmp_path / "in").mkdir()
+    summary = pipeline.run(PipelineConfig(lake=str(tmp_path / "lake"), name="t", sources=[
+        SourceConfig(format="canal-json", input=str(tmp_path / "in"))]))
+    assert summary.total("records") == 0
+    jobs = set(tracker.getJobIdsForGroup(pipeline.LOADING_GROUP)) - earlier
+    assert jobs and [tracker.getJobInfo(job).status for job in jobs] == ["SUCCEEDED"] * len(jobs)
+
+
 def test_maintenance_leaves_the_lake_equal_and_a_rerun_applies_nothing_twice(spark, tmp_path):
     events = [change(INSERT, 1000 + i, i) for i in range(1, 40)]
     events += [change(UPDATE, 2000 + i, i, version=1, before_version=0) for i in range(1, 40, 2)]
