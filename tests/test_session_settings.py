@@ -13,13 +13,26 @@ from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, PER_SESSION, SHO
 
 SOCKETS = "spark.python.unix.domain.socket.enabled"
 SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+QUIET = "-Dlog4j2.configurationFile="
+
+
+@pytest.fixture(autouse=True)
+def own_cache_and_spark_conf(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
+
+
+def _jvm_options(settings: dict[str, str]) -> list[str]:
+    """The JVM options, the quiet log configuration's path left out (see test_a_local_session_starts_quietly)."""
+    return [o if not o.startswith(QUIET) else QUIET for o in settings[JAVA_OPTIONS].split()]
 
 
 @pytest.mark.parametrize(("master", "remote"), [(None, None), ("local[2]", None), (None, "local[2]")])
 def test_a_session_on_this_machine_gets_its_tuning(master, remote):
     settings = session_settings(master, remote, "/opt/python")
     assert settings == {**LOCAL_DEFAULTS, "spark.pyspark.python": "/opt/python", SOCKETS: "true",
-                        SOCKET_DIR: settings[SOCKET_DIR]}
+                        SOCKET_DIR: settings[SOCKET_DIR], JAVA_OPTIONS: settings[JAVA_OPTIONS]}
+    assert _jvm_options(settings) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), QUIET]
     assert settings["spark.sql.shuffle.partitions"] == "4"
 
 
@@ -75,9 +88,25 @@ def test_the_users_settings_win(master, remote):
 
 
 def test_a_short_run_on_this_machine_compiles_quickly_unless_the_user_chose_jvm_options():
-    assert session_settings(None, None, "/opt/python", short_run=True)[JAVA_OPTIONS] == (
-        f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} {SHORT_RUN_JAVA_OPTIONS}")
-    assert session_settings(None, None, "/opt/python")[JAVA_OPTIONS] == LOCAL_DEFAULTS[JAVA_OPTIONS]
+    assert _jvm_options(session_settings(None, None, "/opt/python", short_run=True)) == [
+        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), SHORT_RUN_JAVA_OPTIONS, QUIET]
+    assert _jvm_options(session_settings(None, None, "/opt/python")) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), QUIET]
     mine = {JAVA_OPTIONS: "-Xss4m"}
-    assert session_settings(None, None, "/opt/python", mine, short_run=True)[JAVA_OPTIONS] == "-Xss4m"
+    assert _jvm_options(session_settings(None, None, "/opt/python", mine, short_run=True)) == ["-Xss4m", QUIET]
     assert JAVA_OPTIONS not in session_settings("yarn", None, "/opt/python", short_run=True)
+
+
+def test_a_local_session_starts_quietly_unless_the_user_configures_logging(tmp_path):
+    # Spark's start-up lines come before a session can set its level: the JVM starts at ERROR (errors still show).
+    # The Python gateway's logger at the root's level is what keeps Spark from saying "Setting default log level".
+    (option,) = [o for o in session_settings(None, None, "/opt/python")[JAVA_OPTIONS].split() if o.startswith(QUIET)]
+    path = Path(option.removeprefix(QUIET).removeprefix("file://"))
+    assert path.parent == tmp_path / "cache" / f"cdclake-{os.getuid()}"
+    lines = set(path.read_text().splitlines())
+    assert {"rootLogger.level = error", "logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer",
+            "logger.gateway.level = error"} <= lines
+    mine = {JAVA_OPTIONS: "-Dlog4j2.configurationFile=file:///etc/mine.properties"}
+    assert session_settings(None, None, "/opt/python", mine)[JAVA_OPTIONS] == mine[JAVA_OPTIONS]
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert _jvm_options(session_settings(None, None, "/opt/python")) == LOCAL_DEFAULTS[JAVA_OPTIONS].split()

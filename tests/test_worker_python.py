@@ -13,7 +13,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from cdclake.spark.session import _written, worker_python
+from cdclake.spark.session import _written as written
+from cdclake.spark.session import worker_python
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 SHOW = "import os, sys, pyspark; print(os.environ.get('PYTHONPATH')); print(sys.executable); print(pyspark.__file__)"
@@ -48,6 +49,10 @@ def test_the_launcher_leaves_no_empty_pythonpath_and_passes_arguments_through():
 
 def test_the_launcher_is_one_file_per_content_in_a_directory_only_this_user_can_write(tmp_path):
     succeed, fail = "#!/bin/sh\nexit 0\n", "#!/bin/sh\nexit 1\n"
+
+    def _written(base, text):
+        return written(base, text, "python", ".sh", mode=0o700)
+
     path = _written(tmp_path, succeed)
     assert path.parent == tmp_path / f"cdclake-{os.getuid()}"
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o700
@@ -62,7 +67,7 @@ def test_a_directory_others_can_write_to_is_refused(tmp_path):
     (tmp_path / f"cdclake-{os.getuid()}").mkdir(mode=0o777)
     os.chmod(tmp_path / f"cdclake-{os.getuid()}", 0o777)
     with pytest.raises(PermissionError, match="private"):
-        _written(tmp_path, "#!/bin/sh\nexit 0\n")
+        written(tmp_path, "#!/bin/sh\nexit 0\n", "python", ".sh")
 
 
 def test_where_the_cache_cannot_hold_the_launcher_the_temporary_directory_does_else_spark_runs_python(

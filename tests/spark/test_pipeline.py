@@ -559,6 +559,20 @@ def test_follow_applies_files_as_they_grow_and_never_reads_a_half_written_line(t
     assert not DeltaTable.is_deltatable(str(dead)) or not DeltaTable(str(dead)).to_pyarrow_table().num_rows, output
 
 
+def test_cdclake_run_says_what_it_did_and_nothing_of_sparks_start_up(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1)]))
+    done = subprocess.run([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
+                           str(tmp_path / "in"), "--lake", str(tmp_path / "lake")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    # The JVM itself names the incubator module Spark adds; no log4j profile, host address or log level lines.
+    jvm = "WARNING: Using incubator modules: jdk.incubator.vector"
+    lines = [line for line in done.stderr.splitlines() if line != jvm]
+    assert [line.split(" ", 1)[0] for line in lines] == ["batch", "done:"], done.stderr
+    assert lines[-1].startswith("done: 1 batches, 1 records, 1 events, 1 inserted")
+
+
 # Starts a pipeline run in its own session and prints the highest tier the session's JVM compiles code to.
 JIT_TIER = """
 import os, sys, threading, time

@@ -100,7 +100,7 @@ def worker_python() -> str:
     failures = []
     for base in (_user_cache(), Path(tempfile.gettempdir())):
         try:
-            path = _written(base, text)
+            path = _written(base, text, "python", ".sh", mode=0o700)
             # A directory mounted noexec, say: then the next place, or the interpreter itself.
             subprocess.run([path, "-c", ""], check=True, timeout=60, capture_output=True)
             return str(path)
@@ -125,13 +125,46 @@ def _private(base: Path) -> Path:
     return home
 
 
-def _written(base: Path, text: str) -> Path:
-    """The launcher in cdclake's private directory of ``base``, named by its content: every session of this
-    interpreter uses the same file, and a killed one leaves nothing behind."""
-    path = _private(base) / f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}.sh"
+def _written(base: Path, text: str, stem: str, suffix: str, mode: int | None = None) -> Path:
+    """``text`` in a file of cdclake's private directory of ``base``, named by its content: every session that needs
+    the same text uses the same file, and a killed one leaves nothing behind."""
+    path = _private(base) / f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}"
     if not path.is_file() or path.read_text() != text:
-        write_atomic(path, text, mode=0o700)
+        write_atomic(path, text, mode=mode)
     return path
+
+
+# Spark prints its start-up lines (its default log4j profile, twice; the host's loopback address; "Setting default log
+# level", which it prints unless the logger of the Python gateway is configured at the root's level) before a session
+# exists to set its level. A local session's JVM starts with this configuration instead, at the level get_session
+# sets anyway; errors still show.
+_QUIET_LOG4J = """# Written by cdclake for the JVM of a local Spark session.
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+
+
+def _quiet_log_option(options: str) -> str:
+    """The JVM option that starts a local session with :data:`_QUIET_LOG4J`; none where the user configures logging
+    (JVM options that name a log4j configuration, or a log4j2.properties in Spark's configuration directory) or no
+    file could be written."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(
+        os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__), "conf")
+    if "log4j" in options or os.path.isfile(os.path.join(conf_dir, "log4j2.properties")):
+        return ""
+    try:
+        path = _written(_user_cache(), _QUIET_LOG4J, "log4j2", ".properties")
+    except OSError as exc:
+        logger.info("Spark prints its start-up lines: no log configuration could be written (%s)", exc)
+        return ""
+    return f"-Dlog4j2.configurationFile={shlex.quote(path.as_uri())}"
 
 
 # The longest name Spark and pyspark give a socket file in its directory ("/." + a UUID + ".sock"), and the longest
@@ -186,6 +219,8 @@ def session_settings(master: str | None, remote: str | None, python: str, conf: 
         if short_run and JAVA_OPTIONS not in conf:
             settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {SHORT_RUN_JAVA_OPTIONS}"
         options = settings.get(JAVA_OPTIONS, "")
+        if quiet := _quiet_log_option(options):
+            options = settings[JAVA_OPTIONS] = f"{options} {quiet}".lstrip()
         if archive is not None and not _SHARING_OPTION.search(options):
             settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={shlex.quote(str(archive))}".lstrip()
         return settings
