@@ -412,15 +412,15 @@ class Wire(msgspec.Struct, frozen=True):
     binary_mode: str = "bytes"
 
 
-def _micros_from_nanos(nanos: int) -> int:
-    return -((-nanos) // 1000) if nanos < 0 else nanos // 1000
+def _micros_from_nanos(nanos: int, per_micro: int = 1000) -> int:
+    """Nanos (or finer units, ``per_micro`` of them to a micro) as micros, cut toward zero: the lake holds no finer."""
+    return -((-nanos) // per_micro) if nanos < 0 else nanos // per_micro
 
 
 def _structured_micros(value: Mapping[str, Any]) -> int:
-    """The fraction of a structured value in micros (cut, as the lake holds no finer): newer Debezium versions
-    give picoseconds, older ones nanos."""
+    """The fraction of a structured value in micros: newer Debezium versions give picoseconds, older ones nanos."""
     if (picos := value.get("picoseconds")) is not None:
-        return -((-picos) // 1_000_000) if picos < 0 else picos // 1_000_000
+        return _micros_from_nanos(picos, 1_000_000)
     return _micros_from_nanos(value.get("nanos") or 0)
 
 
@@ -1048,6 +1048,7 @@ def _structured_wire(t: SqlType, column_name: str, nullable: bool
     params: tuple[tuple[str, str], ...] = () if base == STRUCTURED_DATE else ((STRUCTURED_PRECISION, str(fsp)),)
     if base == STRUCTURED_DURATION:
         params += ((DURATION_KIND, "elapsed-time"),)
+
     def clock(moment: dt.datetime) -> dict[str, Any]:
         return {"year": moment.year, "month": moment.month, "day": moment.day, "hour": moment.hour,
                 "minute": moment.minute, "second": moment.second, "picoseconds": moment.microsecond * 1_000_000,
