@@ -101,3 +101,28 @@ def test_sparks_own_search_for_python_data_sources_runs_through_the_launcher(tmp
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert out.read_text().splitlines() == [pyspark.__file__]  # not the zipped copy
+
+
+# A session whose Python workers then sit idle until Spark stops them (after a minute); argv: the daemon module.
+IDLE_WORKERS = """
+import sys, time
+from cdclake.spark.session import get_session
+spark = get_session(conf={"spark.python.daemon.module": sys.argv[1]})
+def same(batches):
+    yield from batches
+spark.range(1000, numPartitions=2).mapInArrow(same, "id long").collect()
+time.sleep(90)
+print("idled", flush=True)
+"""
+
+
+def test_the_python_workers_spark_stops_after_a_quiet_minute_end_without_a_traceback():
+    # Spark's own daemon printed a BrokenPipeError traceback for each: a pipeline that follows its input printed them
+    # after every quiet minute. The same session with Spark's daemon shows that the test still meets the case.
+    runs = {module: subprocess.Popen([sys.executable, "-c", IDLE_WORKERS, module], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+            for module in ("cdclake.spark.daemon", "pyspark.daemon")}
+    (ours, ours_errors), (sparks, sparks_errors) = (run.communicate(timeout=600) for run in runs.values())
+    assert ours.split() == sparks.split() == ["idled"], ours_errors + sparks_errors
+    assert "BrokenPipeError" in sparks_errors
+    assert "Traceback" not in ours_errors, ours_errors

@@ -39,6 +39,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # third of the JVM's work of handing records to Python (profiled; 1,000,000 records: 3.1 → 2.2 s of CPU).
     "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
     "spark.python.worker.reuse": "true",
+    # Spark's daemon, quiet about the workers whose sockets the JVM closes (idle for a minute, or cancelled): each
+    # printed a BrokenPipeError traceback, two after every quiet minute of a pipeline that follows its input.
+    "spark.python.daemon.module": "cdclake.spark.daemon",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
     # A cached changelog lives one batch: compressing it cost a fifth of the executors' JVM time (profiled),
