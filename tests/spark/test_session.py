@@ -103,26 +103,34 @@ def test_sparks_own_search_for_python_data_sources_runs_through_the_launcher(tmp
     assert out.read_text().splitlines() == [pyspark.__file__]  # not the zipped copy
 
 
-# A session whose Python workers then sit idle until Spark stops them (after a minute); argv: the daemon module.
+# A session whose Python workers (a data source's helpers and a job's workers) then sit idle until Spark stops them,
+# after a minute. argv: "launcher" (cdclake's, as local sessions have it) or "bare" (this interpreter), a directory.
 IDLE_WORKERS = """
-import sys, time
+import os, sys, time
+if sys.argv[1] == "bare":
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 from cdclake.spark.session import get_session
-spark = get_session(conf={"spark.python.daemon.module": sys.argv[1]})
+from cdclake.spark.sources import register
+spark = get_session(conf={"spark.pyspark.python": sys.executable} if sys.argv[1] == "bare" else None)
+register(spark)
 def same(batches):
     yield from batches
-spark.range(1000, numPartitions=2).mapInArrow(same, "id long").collect()
+records = spark.read.format("cdclake-files").option("path", sys.argv[2]).load()
+assert records.mapInArrow(same, "offset long").count() == 2
 time.sleep(90)
 print("idled", flush=True)
 """
 
 
-def test_the_python_workers_spark_stops_after_a_quiet_minute_end_without_a_traceback():
+def test_the_python_workers_spark_stops_after_a_quiet_minute_end_without_a_traceback(tmp_path):
     # Spark's own daemon printed a BrokenPipeError traceback for each: a pipeline that follows its input printed them
-    # after every quiet minute. The same session with Spark's daemon shows that the test still meets the case.
-    runs = {module: subprocess.Popen([sys.executable, "-c", IDLE_WORKERS, module], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-            for module in ("cdclake.spark.daemon", "pyspark.daemon")}
-    (ours, ours_errors), (sparks, sparks_errors) = (run.communicate(timeout=600) for run in runs.values())
-    assert ours.split() == sparks.split() == ["idled"], ours_errors + sparks_errors
-    assert "BrokenPipeError" in sparks_errors
+    # after every quiet minute. The same session without cdclake's launcher shows that the test still meets the case.
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "1.txt").write_text("a message\nanother\n")
+    runs = {how: subprocess.Popen([sys.executable, "-c", IDLE_WORKERS, how, str(tmp_path / "in")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for how in ("launcher", "bare")}
+    (ours, ours_errors), (bare, bare_errors) = (run.communicate(timeout=600) for run in runs.values())
+    assert ours.split() == bare.split() == ["idled"], ours_errors + bare_errors
+    assert "BrokenPipeError" in bare_errors
     assert "Traceback" not in ours_errors, ours_errors

@@ -6,8 +6,10 @@ socket too. Each such worker then failed to flush its output and printed a ``Bro
 pipeline that follows its input printed two after every quiet minute, and the benchmark three. The JVM already
 knows why it closed the socket, and a task's real failures reach it through the socket, so the worker just ends.
 
-Run by Spark as ``python -m cdclake.spark.daemon <worker module>`` (``spark.python.daemon.module``). It imports
-no more than ``pyspark.daemon`` does: the daemon must start no thread before it forks its workers.
+cdclake's launcher of local sessions' Python processes (see :func:`cdclake.spark.session.worker_python`) runs it
+wherever Spark asks for ``python -m pyspark.daemon <worker module>``: for the data sources' helpers Spark names that
+module itself, whatever ``spark.python.daemon.module`` says. It imports no more than ``pyspark.daemon`` does: the
+daemon must start no thread before it forks its workers.
 """
 
 from __future__ import annotations

@@ -39,9 +39,6 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # third of the JVM's work of handing records to Python (profiled; 1,000,000 records: 3.1 → 2.2 s of CPU).
     "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
     "spark.python.worker.reuse": "true",
-    # Spark's daemon, quiet about the workers whose sockets the JVM closes (idle for a minute, or cancelled): each
-    # printed a BrokenPipeError traceback, two after every quiet minute of a pipeline that follows its input.
-    "spark.python.daemon.module": "cdclake.spark.daemon",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
     # A cached changelog lives one batch: compressing it cost a fifth of the executors' JVM time (profiled),
@@ -69,7 +66,8 @@ SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 # Run by Spark for each Python process it starts on this machine (see worker_python).
 _LAUNCHER = """#!/bin/sh
-# Written by cdclake: {python} without the zipped pyspark and py4j of {lib} on PYTHONPATH.
+# Written by cdclake: {python} without the zipped pyspark and py4j of {lib} on PYTHONPATH, and Spark's Python
+# daemon through cdclake.spark.daemon.
 set -f
 kept=
 IFS=:
@@ -81,6 +79,10 @@ for entry in $PYTHONPATH; do
 done
 unset IFS
 if [ -n "$kept" ]; then export PYTHONPATH="$kept"; else unset PYTHONPATH; fi
+if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
+    shift 2
+    set -- -m cdclake.spark.daemon "$@"
+fi
 exec {python} "$@"
 """
 
@@ -93,7 +95,10 @@ def worker_python() -> str:
     for them. The data sources' helper processes are new processes (one per lookup, creation, read plan or
     streaming query), so each paid that: importing the streaming runner and cdclake's sources took 1.13 s of
     CPU from the zip against 0.32 s from the installed package, and a run's helpers start one after another.
-    The launcher drops exactly those two zips, whose package is this interpreter's own ``pyspark``."""
+    The launcher drops exactly those two zips, whose package is this interpreter's own ``pyspark``. It also runs
+    Spark's Python daemon (``-m pyspark.daemon``) as :mod:`cdclake.spark.daemon`, which ends the workers whose
+    sockets the JVM closed without a traceback: Spark names that module itself for its data sources' helpers,
+    whatever ``spark.python.daemon.module`` says."""
     lib = Path(pyspark.__file__).parent / "python" / "lib"
     if os.name != "posix" or not (lib / "pyspark.zip").is_file():
         return sys.executable
