@@ -391,18 +391,17 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     register(spark)
     compiled.warn_if_missing()
     try:
-        summary = _run_sources(spark, config, progress)
+        return _run_sources(spark, config, progress)
     except BaseException:
         if loading is not None:
             spark.sparkContext.cancelJobGroup(LOADING_GROUP)
-            loading.join()
         raise
-    if loading is not None:
-        # Waited for, not cancelled: a cancelled task closes its Python worker's socket mid-write, and the worker
-        # printed a BrokenPipeError traceback after the run's summary (a run of an empty input ends in about 2 s,
-        # before the loading does). The loading takes about a second, and a run with input outlasts it.
-        loading.join()
-    return summary
+    finally:
+        # A run that ends well waits for the loading rather than cancel it: a cancelled task closed its Python
+        # worker's socket mid-write, and the worker printed a BrokenPipeError traceback after the run's summary (a
+        # run of an empty input ends in about 2 s, before the loading does, which takes about a second).
+        if loading is not None:
+            loading.join()
 
 
 # The job group of the job that loads a new local session's Python workers (see _start_loading_python_workers).

@@ -1062,8 +1062,7 @@ def _structured_wire(t: SqlType, column_name: str, nullable: bool
 
     def local(text: str) -> dict[str, Any]:
         if V.is_zero_date(text):
-            return {**dict.fromkeys(("year", "month", "day", "hour", "minute", "second", "picoseconds"), 0),
-                    "specialValue": None, "precision": fsp}
+            return {**dict.fromkeys((f.name for f in _CLOCK_FIELDS), 0), "specialValue": None, "precision": fsp}
         return clock(V.parse_datetime_text(text))
 
     def zoned(text: str) -> dict[str, Any] | None:

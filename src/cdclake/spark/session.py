@@ -163,9 +163,8 @@ def _quiet_log_option(options: str) -> str:
     """The JVM option that starts a local session with :data:`_QUIET_LOG4J`; none where the user configures logging
     (JVM options that name a log4j configuration, or a log4j2.properties in Spark's configuration directory) or no
     file could be written."""
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(
-        os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__), "conf")
-    if "log4j" in options or os.path.isfile(os.path.join(conf_dir, "log4j2.properties")):
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or _spark_home() / "conf")
+    if "log4j" in options or (conf_dir / "log4j2.properties").is_file():
         return ""
     try:
         path = _written(_user_cache(), _QUIET_LOG4J, "log4j2", ".properties")
@@ -286,13 +285,18 @@ def class_archive() -> Path | None:
     if found is None or not Path(found).is_file():
         return None
     java = Path(found).resolve()  # as Spark's launcher finds it: JAVA_HOME, else the PATH
-    jars = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "jars"
+    jars = _spark_home() / "jars"
     described = [_ARCHIVE_RECIPE, f"{java} {java.stat().st_size} {java.stat().st_mtime_ns}"]
     for jar in sorted(jars.glob("*.jar")):
         status = jar.stat()
         described.append(f"{jar} {status.st_size} {status.st_mtime_ns}")
     digest = hashlib.sha256("\n".join(described).encode()).hexdigest()[:16]
     return _user_cache() / f"cdclake-{os.getuid()}" / f"spark-classes-{digest}.jsa"
+
+
+def _spark_home() -> Path:
+    """Where the Spark that local sessions run lives: ``SPARK_HOME``, else the installed pyspark."""
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
 
 
 def _trusted(archive: Path) -> bool:
