@@ -422,7 +422,7 @@ def _start_loading_python_workers(spark: SparkSession, config: PipelineConfig) -
         spark.sparkContext.setJobGroup(LOADING_GROUP, "cdclake: loading the Python workers", interruptOnCancel=True)
         try:
             CL.load_python_workers(spark, in_use)
-        except Exception as exc:  # cancelled once the run ended first; the run's own tasks report real trouble
+        except Exception as exc:  # cancelled because the run failed; the run's own tasks report real trouble
             logger.debug("loading the Python workers ahead of the first batch stopped: %s", exc)
 
     thread = InheritableThread(target=load, name="cdclake-load-python-workers", daemon=True)
