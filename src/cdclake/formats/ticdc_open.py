@@ -164,11 +164,12 @@ class _KeyOut(msgspec.Struct, omit_defaults=True, kw_only=True):
     t: int
 
 
-class _ColOut(msgspec.Struct, omit_defaults=True):
+class _ColOut(msgspec.Struct, omit_defaults=True, kw_only=True):
+    # As TiCDC writes a column: `h` only when true, `f` and `v` always (no `f` marks the legacy encoding).
     t: int
     h: bool = False
-    f: int = 0
-    v: Any = None
+    f: int
+    v: Any
 
 
 class _RowOut(msgspec.Struct, omit_defaults=True):
