@@ -111,6 +111,20 @@ def test_truncate_types():
     assert (event.kind, event.table) == ("truncate", "t")
 
 
+def test_is_ddl_decides_for_a_type_the_decoder_does_not_know():
+    # Spec checklist 2 (and TiCDC's rule): isDdl true means a DDL whatever its type; its SQL says what it does.
+    (event,) = events_of({"database": "d", "table": "", "isDdl": True, "type": "DROPDB", "es": 5,
+                          "sql": "DROP DATABASE d2"})
+    assert (event.kind, event.ddl, event.database, event.table) == ("ddl", "DROP DATABASE d2", "d", None)
+    (event,) = events_of({"database": "d", "table": "t", "isDdl": True, "type": "TRUNC", "es": 5,
+                          "sql": "truncate t"})
+    assert (event.kind, event.table) == ("truncate", "t")
+    # Canal's own types classify the statement: a QUERY is not read as a truncate.
+    (event,) = events_of({"database": "d", "table": "t", "isDdl": True, "type": "QUERY", "es": 5,
+                          "sql": "truncate t"})
+    assert event.kind == "ddl"
+
+
 DTS_CURRENT_DELETE = {
     "data": [{"id": "500000287", "shipping_type": None}],
     "database": "dbname", "es": 1600161894000, "id": 58, "isDdl": False,

@@ -259,6 +259,16 @@ def test_float32_values_are_the_float32_number() -> None:
     assert event.after == {"f": struct.unpack("<f", struct.pack("<f", 12345.123))[0], "d": 12345.123}
 
 
+def test_vector_items_are_floats_as_the_avro_converter_gives_them() -> None:
+    # MySQL 9 VECTOR (spec 9.1: ARRAY(FLOAT32), io.debezium.data.FloatVector); before, the JSON reader's Decimals
+    # reached the lake as text.
+    vectors = [{**field("f", "array", "io.debezium.data.FloatVector"), "items": {"type": "float", "optional": False}},
+               {**field("d", "array", "io.debezium.data.DoubleVector"), "items": {"type": "double", "optional": False}}]
+    event = decode_one(message(vectors, after={"f": [12345.123, -1.5], "d": [12345.123, 0.1]}))
+    assert event.after == {"f": [struct.unpack("<f", struct.pack("<f", 12345.123))[0], -1.5], "d": [12345.123, 0.1]}
+    assert all(type(x) is float for x in [*event.after["f"], *event.after["d"]])
+
+
 def test_nan_and_the_infinities_are_read_from_the_strings_jsonconverter_writes_for_them() -> None:
     # A PostgreSQL (or Oracle BINARY_DOUBLE) NaN or infinity: JSON has no number for it, and Jackson writes Java's
     # name for it as a string. Any other string where a number belongs is no value of the column.

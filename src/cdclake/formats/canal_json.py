@@ -564,7 +564,8 @@ class CanalJson(Format):
             if msg.isDdl:
                 raise DecodeError(f"message has isDdl true but row type {kind}")
             return self._rows(msg, op, record.offset, source)
-        if kind in _DDL_TYPES:
+        # isDdl decides (spec checklist 2; TiCDC's rule too): a DDL of a type this list lacks is still a DDL.
+        if kind in _DDL_TYPES or msg.isDdl:
             return [self._ddl(msg, record.offset, source)]
         if kind == _WATERMARK:
             if msg.tidb is None or msg.tidb.watermarkTs is None:
@@ -576,7 +577,9 @@ class CanalJson(Format):
 
     def _ddl(self, msg: _Message, offset: int, source: Source | None) -> ChangeEvent:
         sql = msg.sql or ""
-        truncate = msg.type == "TRUNCATE" or (msg.type == "DDL" and _TRUNCATE_SQL.match(sql) is not None)
+        # Canal classifies a statement by its type; DTS's "DDL" and an unknown type leave it to the SQL.
+        classified = msg.type in _DDL_TYPES and msg.type != "DDL"
+        truncate = msg.type == "TRUNCATE" or (not classified and _TRUNCATE_SQL.match(sql) is not None)
         return ChangeEvent(kind=TRUNCATE if truncate else DDL, database=msg.database or None,
                            table=msg.table or None, commit_ts=self._commit_ts(msg),
                            position=pad_position(_gtid_number(msg.gtid), offset, 0), ts_ms=msg.es,

@@ -615,7 +615,9 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
 
         return geometry
     if semantic in (FLOAT_VECTOR, DOUBLE_VECTOR):
-        return None
+        # Items as the FLOAT32/FLOAT64 columns' values: JSON reads them as Decimals, Avro as doubles.
+        item = _float32 if semantic == FLOAT_VECTOR else _double
+        return lambda v: [item(x) for x in v]
 
     kind = spec.type
     if kind in ("int8", "int16", "int32", "int64"):
