@@ -621,6 +621,19 @@ def test_round_trip_primary_key_change(row: dict[str, Any], new_id: int) -> None
     assert delete.position == create.position == update.position
 
 
+def test_a_decimal_without_a_scale_keeps_its_digits_when_written_again() -> None:
+    # A column typed "decimal" states no scale: string mode keeps each value's digits (before, scale 0 cut them),
+    # and precise mode, whose bytes need the scale, says so instead of writing 2021 for 2021.1208.
+    columns = [Column("id", "bigint", True, False), Column("d", "decimal", False, True)]
+    event = ChangeEvent(kind="row", op="c", database="db", table="t", key={"id": 1}, after={"id": 1, "d": "2021.1208"},
+                        columns=columns, commit_ts=5000, ts_ms=5000, position=pad_position("mysql-bin.000002", 7, 1))
+    fmt = DebeziumJson(**{"decimal-handling-mode": "string"})
+    (back,) = decoded(fmt, [event])
+    assert back.after == {"id": 1, "d": "2021.1208"}
+    with pytest.raises(ValueError, match="column d has type 'decimal' without a scale"):
+        DebeziumJson().encode([event])
+
+
 def test_truncate_round_trip_and_encoder_skips_ddl() -> None:
     truncate = ChangeEvent(kind="truncate", database="db", table="t", commit_ts=5000, ts_ms=5000,
                            position=pad_position("mysql-bin.000002", 7, 0))

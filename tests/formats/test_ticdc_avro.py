@@ -306,6 +306,23 @@ def test_a_row_of_every_tidb_type(precise):
     assert _read_reference(plan, record.value, value_id)[0] == EXPECTED_ALL_TYPES
 
 
+def test_a_decimal_without_a_scale_keeps_its_digits_when_written_again():
+    # String mode states no scale (the column decodes as "decimal"): writing the event again, string mode keeps each
+    # value's digits (before, scale 0 cut 2021.1208 to 2021) and precise mode, which needs the scale, says so.
+    column = Column("d", "decimal", False, True)
+    event = ChangeEvent(kind=ROW, op=INSERT, database="db", table="t", commit_ts=TSO, key={"id": 1},
+                        after={"id": 1, "d": "2021.1208"}, columns=[Column("id", "int", True, False), column])
+    strings = {"enable-tidb-extension": "true", "decimal-handling-mode": "string",
+               "bigint-unsigned-handling-mode": "string", "integrity-check-level": "correctness"}
+    fmt = TicdcAvro(**strings)
+    out = fmt.decode(fmt.encode([event]))
+    assert not out.failures, out.failures
+    assert out.events[0].after == {"id": 1, "d": "2021.1208"}
+    assert out.events[0].checksum.ok
+    with pytest.raises(ValueError, match="column d has type 'decimal' without a scale"):
+        TicdcAvro(**{"decimal-handling-mode": "precise"}).encode([event])
+
+
 def test_unusual_unions_take_the_reference_path():
     fmt = TicdcAvro()
     single = {"name": "id", "type": [{"type": "int", "connect.parameters": {"tidb_type": "INT"}}]}

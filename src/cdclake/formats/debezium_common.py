@@ -939,9 +939,14 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
             else:
                 to_wire = lambda v: v - _TWO_64 if v >= _TWO_63 else v  # noqa: E731
     elif family == T.DECIMAL:
-        scale = t.scale or 0
+        # A DECIMAL without a scale states none (as decoded from a message that gave none): its values keep their
+        # own digits, which precise mode's fixed scale cannot carry.
+        scale = t.scale
         mode = settings["decimal-handling-mode"]
         if mode == "precise":
+            if scale is None:
+                raise ValueError(f"column {column.name} has type {column.type!r} without a scale, which "
+                                 "decimal.handling.mode=precise needs")
             kind, semantic = "bytes", DECIMAL
             params = (("scale", str(scale)), ("connect.decimal.precision", str(t.length or 65)))
             to_wire = lambda v: V.unscaled_bytes(str(v), scale)  # noqa: E731

@@ -413,8 +413,13 @@ def _wire_column(col: Column, key: bool, settings: dict[str, Any]) -> _WireCol:
         tidb = tidb.upper()
     elif family == T.DECIMAL:
         tidb = "DECIMAL"
-        scale = t.scale if t.scale is not None else 0
+        # A DECIMAL without a scale states none (as decoded from a message that gave none): its values keep their
+        # own digits, which only string mode can carry.
+        scale = t.scale
         if settings["decimal-handling-mode"] == "precise":
+            if scale is None:
+                raise ValueError(f"ticdc-avro: column {col.name} has type {col.type!r} without a scale, which "
+                                 "decimal-handling-mode=precise needs")
             avro = "bytes"
             extra = {"logicalType": "decimal", "precision": t.length or 10, "scale": scale}
             to_wire = Decimal
