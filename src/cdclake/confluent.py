@@ -24,6 +24,7 @@ import io
 import json
 import os
 import struct
+import uuid
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -35,6 +36,11 @@ from cdclake.formats.base import DecodeError
 
 MAGIC = 0
 HEADER_SIZE = 5
+# AWS Glue Schema Registry's framing, which cdclake recognises only to say so: header version 3, compression
+# (0 none, 5 zlib), the schema version's 16-byte UUID.
+GLUE_HEADER_VERSION = 3
+GLUE_HEADER_SIZE = 18
+GLUE_COMPRESSIONS = (0, 5)
 _HEADER = struct.Struct(">bi")
 
 ParsedSchema = dict[str, Any] | list[Any] | str
@@ -63,6 +69,10 @@ def header_id(data: bytes) -> int:
     if len(data) < HEADER_SIZE:
         raise DecodeError(f"message of {len(data)} byte(s) is shorter than the 5-byte Confluent header")
     if data[0] != MAGIC:
+        if data[0] == GLUE_HEADER_VERSION and len(data) >= GLUE_HEADER_SIZE and data[1] in GLUE_COMPRESSIONS:
+            raise DecodeError(f"AWS Glue Schema Registry framing (schema version {uuid.UUID(bytes=bytes(data[2:18]))}):"
+                              " cdclake reads the Confluent framing only; have the producer use a Confluent-compatible"
+                              " schema registry")
         raise DecodeError(f"first byte is 0x{data[0]:02x}, not the Confluent magic byte 0x00")
     return _HEADER.unpack_from(data)[1]
 

@@ -625,6 +625,9 @@ def test_checksum_mode_needs_string_modes_and_extension():
         (INSERT_KEY, b"\x00\x00\x00\x00", "message of 4 byte(s) is shorter than the 5-byte Confluent header"),
         (b"\x01" + INSERT_KEY[1:], INSERT_VALUE, "first byte is 0x01, not the Confluent magic byte 0x00"),
         (INSERT_KEY, b"\x04" + INSERT_VALUE[1:], "first byte is 0x04, not the Confluent magic byte 0x00"),
+        # AWS Glue's framing (spec 3), which cdclake does not read: named, with the schema version.
+        (INSERT_KEY, b"\x03\x00" + bytes(range(16)) + INSERT_VALUE[5:],
+         "AWS Glue Schema Registry framing (schema version 00010203-0405-0607-0809-0a0b0c0d0e0f)"),
         (INSERT_KEY, frame(77, b"\x02"), "schema id 77 is not in memory registry (the registry option is not set"),
         (frame(78, b"\x02"), INSERT_VALUE, "schema id 78 is not in memory registry"),
         (INSERT_KEY, INSERT_VALUE[:-3], "Avro datum for schema id 2 is truncated"),
