@@ -154,6 +154,15 @@ def type_text(t: SqlType) -> str:
     return f"{t.name}{args}{' unsigned' if t.unsigned else ''}"
 
 
+def fixed_scale(t: SqlType, column: str, needed_by: str) -> int:
+    """A DECIMAL's scale, for a wire form that fixes one (decimal bytes). A DECIMAL without a scale states none (as
+    decoded from a message that gave none): its values keep their own digits, which such a form cannot carry, so
+    it is refused by name rather than written at scale 0."""
+    if t.scale is None:
+        raise ValueError(f"column {column} has type {type_text(t)!r} without a scale, which {needed_by} needs")
+    return t.scale
+
+
 _NEXT_SIGNED: Final = {8: "smallint", 16: "int", 24: "int", 32: "bigint"}
 _BY_BITS: Final = {8: "tinyint", 16: "smallint", 24: "mediumint", 32: "int", 64: "bigint"}
 

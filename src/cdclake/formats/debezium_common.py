@@ -412,16 +412,16 @@ class Wire(msgspec.Struct, frozen=True):
     binary_mode: str = "bytes"
 
 
-def _micros_from_nanos(nanos: int, per_micro: int = 1000) -> int:
+def _micros_toward_zero(value: int, per_micro: int = 1000) -> int:
     """Nanos (or finer units, ``per_micro`` of them to a micro) as micros, cut toward zero: the lake holds no finer."""
-    return -((-nanos) // per_micro) if nanos < 0 else nanos // per_micro
+    return -((-value) // per_micro) if value < 0 else value // per_micro
 
 
 def _structured_micros(value: Mapping[str, Any]) -> int:
     """The fraction of a structured value in micros: newer Debezium versions give picoseconds, older ones nanos."""
     if (picos := value.get("picoseconds")) is not None:
-        return _micros_from_nanos(picos, 1_000_000)
-    return _micros_from_nanos(value.get("nanos") or 0)
+        return _micros_toward_zero(picos, 1_000_000)
+    return _micros_toward_zero(value.get("nanos") or 0)
 
 
 def _finite(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -581,7 +581,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if semantic == MICRO_TIME:
         return lambda v: V.time_text_from_micros(v, fsp)
     if semantic == NANO_TIME:
-        return lambda v: V.time_text_from_micros(_micros_from_nanos(v), fsp)
+        return lambda v: V.time_text_from_micros(_micros_toward_zero(v), fsp)
     if semantic in (TIMESTAMP, CONNECT_TIMESTAMP):
         return lambda v: V.datetime_text_from_micros(v * 1000, fsp)
     if semantic == MICRO_TIMESTAMP:
@@ -939,14 +939,10 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
             else:
                 to_wire = lambda v: v - _TWO_64 if v >= _TWO_63 else v  # noqa: E731
     elif family == T.DECIMAL:
-        # A DECIMAL without a scale states none (as decoded from a message that gave none): its values keep their
-        # own digits, which precise mode's fixed scale cannot carry.
-        scale = t.scale
+        scale = t.scale  # None: string mode writes each value's own digits
         mode = settings["decimal-handling-mode"]
         if mode == "precise":
-            if scale is None:
-                raise ValueError(f"column {column.name} has type {column.type!r} without a scale, which "
-                                 "decimal.handling.mode=precise needs")
+            scale = T.fixed_scale(t, column.name, "decimal.handling.mode=precise")
             kind, semantic = "bytes", DECIMAL
             params = (("scale", str(scale)), ("connect.decimal.precision", str(t.length or 65)))
             to_wire = lambda v: V.unscaled_bytes(str(v), scale)  # noqa: E731

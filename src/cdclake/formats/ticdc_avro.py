@@ -413,13 +413,9 @@ def _wire_column(col: Column, key: bool, settings: dict[str, Any]) -> _WireCol:
         tidb = tidb.upper()
     elif family == T.DECIMAL:
         tidb = "DECIMAL"
-        # A DECIMAL without a scale states none (as decoded from a message that gave none): its values keep their
-        # own digits, which only string mode can carry.
-        scale = t.scale
+        scale = t.scale  # None: string mode writes each value's own digits
         if settings["decimal-handling-mode"] == "precise":
-            if scale is None:
-                raise ValueError(f"ticdc-avro: column {col.name} has type {col.type!r} without a scale, which "
-                                 "decimal-handling-mode=precise needs")
+            scale = T.fixed_scale(t, col.name, "ticdc-avro's decimal-handling-mode=precise")
             avro = "bytes"
             extra = {"logicalType": "decimal", "precision": t.length or 10, "scale": scale}
             to_wire = Decimal
