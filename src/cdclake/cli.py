@@ -189,10 +189,15 @@ def run(
         summary = run_pipeline(cfg, progress=show)
     except (ValueError, KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"done: {len(summary.batches)} batches, {summary.total('records')} records, "
+    # A signal is how a following run ends; a run that was to stop once caught up did not get there.
+    interrupted = summary.signalled and not cfg.follow
+    ended = "stopped before catching up" if interrupted else "stopped" if summary.signalled else "done"
+    typer.echo(f"{ended}: {len(summary.batches)} batches, {summary.total('records')} records, "
                f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
                f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
                f"{summary.total('dead_letters')} dead letters, {summary.total('skipped')} skipped", err=True)
+    if interrupted:
+        raise typer.Exit(130)
 
 
 @app.command()

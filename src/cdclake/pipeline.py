@@ -8,16 +8,22 @@ app-transaction marker, so a batch replayed after a crash skips what it had alre
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +41,7 @@ from cdclake.sources import files, kafka
 from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
-from cdclake.spark.session import get_session, is_connect, task_slots
+from cdclake.spark.session import get_session, is_connect, private_directory, task_slots
 from cdclake.spark.sources import DECODING_SOURCES, register, reread
 from cdclake.types import parse_type
 
@@ -72,6 +78,8 @@ class BatchReport:
 @dataclass
 class RunSummary:
     batches: list[BatchReport] = field(default_factory=list)
+    # Ended by SIGINT or SIGTERM: a following run's way to end; a run that stops once caught up may not have.
+    signalled: bool = False
 
     def total(self, name: str) -> int:
         return sum(getattr(b, name) for b in self.batches)
@@ -141,6 +149,18 @@ class BatchApplier:
         self.written: set[tuple[str, str]] = set()
         self._resume()
         self.summary = RunSummary()
+        # Set when the run is to end: a batch that starts after it is left to the next run (see _stop_between_batches).
+        self.stopping = threading.Event()
+        self.busy = threading.Lock()  # held while a batch is applied
+
+    def __getstate__(self) -> dict[str, Any]:
+        # With Spark Connect the applier is pickled to the server, which makes its own (see _stop_between_batches).
+        state = dict(self.__dict__)
+        del state["stopping"], state["busy"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, stopping=threading.Event(), busy=threading.Lock())
 
     def _resume(self) -> None:
         """Stopped tables, each partition's latest commit ts and resolved ts, and the held changes, as the
@@ -158,6 +178,13 @@ class BatchApplier:
 
     def __call__(self, data: DataFrame, batch_id: int) -> None:
         """Applies one batch: ``data`` holds its records, or their changelog where the source decodes them."""
+        with self.busy:
+            if self.stopping.is_set():
+                raise StopRequested(f"batch {self.base_version + batch_id} of {self.source.name}: for the next run")
+            with one_batch_at_a_time(self.sink.lake):
+                self._apply(data, batch_id)
+
+    def _apply(self, data: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         batch = self.base_version + batch_id
         report = BatchReport(self.source.name, batch)
@@ -366,6 +393,25 @@ class BatchApplier:
                         "reason"))
 
 
+@contextlib.contextmanager
+def one_batch_at_a_time(lake: str) -> Iterator[None]:
+    """Holds the lake while one batch is applied. The sources of a following pipeline run their queries at once,
+    and two sources may write the same table: a batch that read the tombstones before another batch of the same
+    keys recorded its own would bring deleted rows back, and both append to the lake's own tables. One batch at a
+    time, each sees what the batches before it wrote, as the sources of a run without ``follow`` do one after
+    another. A lock file, not a thread lock: with Spark Connect each query applies its batches in a process of its
+    own on the server; and two runs on one lake on this machine take turns as well."""
+    name = lake if "://" in lake else os.path.abspath(lake)
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    path = private_directory(Path(tempfile.gettempdir())) / f"lake-{digest}.lock"
+    with open(path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
 def _base_version(checkpoint: str, sink: Sink) -> int:
     """Batch ids restart at 0 with a new checkpoint; lake versions must only grow, so a new checkpoint
     starts after the last batch the lake has seen."""
@@ -391,7 +437,8 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     register(spark)
     compiled.warn_if_missing()
     try:
-        return _run_sources(spark, config, progress)
+        with _stop_on_signal() as stop:
+            return _run_sources(spark, config, progress, stop)
     except BaseException:
         if loading is not None:
             spark.sparkContext.cancelJobGroup(LOADING_GROUP)
@@ -430,28 +477,98 @@ def _start_loading_python_workers(spark: SparkSession, config: PipelineConfig) -
     return thread
 
 
-def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress | None) -> RunSummary:
+class StopRequested(Exception):
+    """Raised in a batch that began after the run was asked to stop: the query ends, and the batch's records are
+    read again by the next run."""
+
+
+@dataclass
+class _SourceRun:
+    """One source of a run: how it is read, its sink, the applier of its batches, and where its query keeps its
+    checkpoint. With Spark Connect its batch reports come back through the lake (``reports``)."""
+
+    read: SourceRead
+    sink: DeltaSink
+    applier: BatchApplier
+    checkpoint: str
+    reports: _LakeReports | None
+
+    def poll(self) -> None:
+        if self.reports:
+            self.reports.poll()
+
+    def finish(self, summary: RunSummary) -> None:
+        self.poll()
+        summary.batches.extend(self.reports.reports if self.reports else self.applier.summary.batches)
+
+
+def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfig,
+                progress: Progress | None) -> _SourceRun:
+    sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,
+                     config.tombstone_retention_hours)
+    checkpoint = os.path.join(config.checkpoint_dir(), source.name)
+    partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
+    # With Spark Connect the batches run in the server's foreachBatch worker: their reports come back
+    # through the lake's progress table instead.
+    base = _base_version(checkpoint, sink)
+    last = sink.last_batch()
+    reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) if is_connect(spark) else None
+    read = source_read(spark, source, config, sink)
+    applier = BatchApplier(spark, read, sink, base, None if reports else progress, partitions,
+                           min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600))
+    return _SourceRun(read, sink, applier, checkpoint, reports)
+
+
+def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress | None,
+                 stop: threading.Event) -> RunSummary:
+    """Without ``follow``, the sources one after another, each until caught up; with it, all at once: a query
+    that follows its source never ends by itself, so the sources after it would never be read. ``stop``, once
+    set, stops them after the batches they are applying."""
     summary = RunSummary()
-    for source in config.sources:
-        sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,
-                         config.tombstone_retention_hours)
-        checkpoint = os.path.join(config.checkpoint_dir(), source.name)
-        partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
-        # With Spark Connect the batches run in the server's foreachBatch worker: their reports come back
-        # through the lake's progress table instead.
-        base = _base_version(checkpoint, sink)
-        last = sink.last_batch()
-        lake_reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) \
-            if is_connect(spark) else None
-        read = source_read(spark, source, config, sink)
-        applier = BatchApplier(spark, read, sink, base, None if lake_reports else progress, partitions,
-                               min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600))
-        _run_query(spark, read, config, checkpoint, applier, lake_reports.poll if lake_reports else None)
-        if lake_reports:
-            lake_reports.poll()
-        summary.batches.extend(lake_reports.reports if lake_reports else applier.summary.batches)
-        sink.expire_tombstones()
+    if config.follow:
+        runs = [_source_run(spark, config, source, progress) for source in config.sources]
+        _follow(spark, runs, config, stop)
+    else:
+        runs = []
+        for source in config.sources:
+            if stop.is_set():
+                break
+            runs.append(_source_run(spark, config, source, progress))
+            _await_query(_start_query(spark, runs[-1], config), runs[-1], stop)
+    for run in runs:
+        run.finish(summary)
+        run.sink.expire_tombstones()
+    summary.signalled = stop.is_set()
     return summary
+
+
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """SIGINT (Ctrl-C) and SIGTERM set the event, which ends the run after the batches being applied, with its
+    summary; a second signal acts as it would have without the run (Spark's SIGINT handler cancels the jobs and
+    raises KeyboardInterrupt). Before, Ctrl-C raised KeyboardInterrupt inside whichever call to the JVM was
+    under way, which printed py4j's tracebacks and left the batch half applied for the next run to finish.
+    Handlers can only be set on the main thread: a run on another thread is stopped by its caller."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def request_stop(number: int, _frame: object) -> None:
+        logger.warning("stopping after the batches being applied (%s); again to stop at once",
+                       signal.Signals(number).name)
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+        stop.set()
+
+    for number in previous:
+        signal.signal(number, request_stop)
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _source_partitions(source: SourceConfig) -> list[tuple[str, int]]:
@@ -493,12 +610,11 @@ def _clear_unlogged_offsets(spark_checkpoint: str) -> None:
         shutil.rmtree(offsets)
 
 
-def _run_query(spark: SparkSession, read: SourceRead, config: PipelineConfig, checkpoint: str,
-               applier: BatchApplier, poll: Callable[[], None] | None = None) -> None:
-    source, target = read.source, read.target
-    spark_checkpoint = os.path.join(checkpoint, "spark")
+def _start_query(spark: SparkSession, run: _SourceRun, config: PipelineConfig) -> Any:
+    source = run.read.source
+    spark_checkpoint = os.path.join(run.checkpoint, "spark")
     _clear_unlogged_offsets(spark_checkpoint)
-    writer = (read.stream(spark).writeStream.foreachBatch(applier)
+    writer = (run.read.stream(spark).writeStream.foreachBatch(run.applier)
               .option("checkpointLocation", spark_checkpoint)
               .queryName(f"cdclake-{config.name}-{source.name}"))
     if config.follow:
@@ -508,13 +624,17 @@ def _run_query(spark: SparkSession, read: SourceRead, config: PipelineConfig, ch
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime="0 seconds")
-    query = writer.start()
+    return writer.start()
+
+
+def _await_query(query: Any, run: _SourceRun, stop: threading.Event) -> None:
+    """Until a query that stops once caught up has done so (a Kafka source: reached the end offsets seen at start)."""
+    source, target = run.read.source, run.read.target
     short_since: float | None = None  # since when a Kafka source has found no records short of the target
     last_end: Any = None
     try:
-        while query.isActive:
-            if poll:
-                poll()
+        while query.isActive and not stop.is_set():
+            run.poll()
             if query.awaitTermination(0.5):
                 break
             if target is None:
@@ -529,10 +649,63 @@ def _run_query(spark: SparkSession, read: SourceRead, config: PipelineConfig, ch
                 # its log): wait for them, as the reads do, instead of stopping as if caught up.
                 short_since = _wait_for_kafka(source, end, target, short_since)
     finally:
-        if query.isActive:
-            query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"source {source.name} failed: {query.exception()}")
+        _stop(query, run, stop)
+    _raise_failure(query, run)
+
+
+def _follow(spark: SparkSession, runs: list[_SourceRun], config: PipelineConfig, stop: threading.Event) -> None:
+    """Every source's query at once, until one ends (it failed) or ``stop`` is set. The others are then stopped
+    too, each after the batch it is applying."""
+    queries: list[Any] = []
+    try:
+        for run in runs:
+            queries.append(_start_query(spark, run, config))
+        while all(query.isActive for query in queries) and not stop.is_set():
+            for run in runs:
+                run.poll()
+            queries[0].awaitTermination(0.5)
+    finally:
+        for query, run in zip(queries, runs, strict=False):
+            _stop(query, run, stop)
+    for query, run in zip(queries, runs, strict=False):
+        _raise_failure(query, run)
+
+
+def _stop(query: Any, run: _SourceRun, stop: threading.Event) -> None:
+    """Stops a query that is still running: when the run was asked to stop, after the batch it is applying."""
+    if not query.isActive:
+        return
+    if stop.is_set() and run.reports is None:
+        _stop_between_batches(query, run.applier)
+    else:
+        query.stop()
+
+
+# How long a stopping run waits for Spark to log a batch as done before it stops the query anyway (the batch is then
+# read again by the next run, which finds it applied and skips it).
+STOP_WAIT_S = 60.0
+
+
+def _stop_between_batches(query: Any, applier: BatchApplier) -> None:
+    """Stops a query after the batch it is applying, not inside it. Spark's stop interrupts the query's thread
+    wherever it is: in a batch, the batch's Spark jobs failed, and the JVM, matching the long error that came back
+    from Python, overflowed its stack and printed thousands of lines. The batch is left to finish; one that starts
+    after it refuses to (:class:`StopRequested`), and the query is stopped once Spark has logged the last batch
+    done. (With Spark Connect the batches run on the server, out of reach: the query is stopped as it is.)"""
+    applier.stopping.set()
+    with applier.busy:  # the batch being applied, if any, has ended
+        pass
+    deadline = time.monotonic() + STOP_WAIT_S
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
+
+
+def _raise_failure(query: Any, run: _SourceRun) -> None:
+    failure = query.exception()
+    if failure is not None and StopRequested.__name__ not in str(failure):
+        raise RuntimeError(f"source {run.read.source.name} failed: {failure}")
 
 
 REACHED, IDLE = "reached", "idle"
@@ -639,7 +812,7 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     # sees them, so more, smaller tasks would hand the planner more changes of the same keys (on 2 cores, 4 tasks
     # of 250,000 records left it 341,000 changes of 100,000 keys to reduce, 2 tasks 277,000).
     tasks = str(task_slots(spark))
-    # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _run_query).
+    # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _start_query).
     return SourceRead(source, "cdclake-files", {
         "path": source.input, "maxRecordsPerBatch": str(source.max_records_per_batch or 0), "minPartitions": tasks,
         "follow": "true" if config.follow else "false"})

@@ -6,9 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -187,6 +190,51 @@ def test_a_running_pipeline_forgets_tombstones_past_their_retention_between_batc
     tombstones = tmp_path / "kept" / "_cdclake" / "tombstones"
     run_with(168.0, tombstones.parent.parent)
     assert seen == [1, 1]
+
+
+def test_a_following_run_reads_every_source_and_a_signal_ends_it_after_the_batch(spark, tmp_path):
+    # Before, the first source's query, which follows its input for ever, kept the run from starting the second.
+    for source, table in (("a", "users"), ("b", "orders")):
+        (tmp_path / source).mkdir()
+        write_records(tmp_path / source / "1.jsonl", records([change(INSERT, 100 + i, i, table=table)
+                                                              for i in range(1, 6)]))
+    lake = tmp_path / "lake"
+    cfg = PipelineConfig(lake=str(lake), name="t", follow=True, poll_seconds=0.2, sources=[
+        SourceConfig(name=source, format="canal-json", input=str(tmp_path / source)) for source in ("a", "b")])
+    reported: list[str] = []
+
+    def signal_once_both_applied(report: pipeline.BatchReport) -> None:
+        reported.append(report.source)
+        if len(reported) == 2:  # inside the second batch, before Spark has logged it done
+            os.kill(os.getpid(), signal.SIGINT)
+
+    handler = signal.getsignal(signal.SIGINT)
+    summary = pipeline.run(cfg, progress=signal_once_both_applied, spark=spark)
+    assert summary.signalled and sorted(reported) == ["a", "b"]
+    assert signal.getsignal(signal.SIGINT) is handler
+    for table in ("users", "orders"):
+        assert sorted(lake_rows(str(lake), "shop", table)) == [f"[{i}]" for i in range(1, 6)]
+    # Spark logged both batches done before their queries stopped: the next run has nothing to read again.
+    cfg.follow = False
+    assert pipeline.run(cfg, spark=spark).batches == []
+
+
+def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
+    order: list[str] = []
+
+    def second() -> None:
+        with pipeline.one_batch_at_a_time(str(tmp_path / "lake")):
+            order.append("second")
+
+    with pipeline.one_batch_at_a_time(str(tmp_path / "lake")):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        time.sleep(0.5)  # time for the thread to reach the lock
+        with pipeline.one_batch_at_a_time(str(tmp_path / "another lake")):
+            order.append("another lake")
+        order.append("first")
+    waiting.join(10)
+    assert order == ["another lake", "first", "second"]
 
 
 def test_key_change_moves_the_row(spark, tmp_path):
@@ -552,9 +600,15 @@ def test_follow_applies_files_as_they_grow_and_never_reads_a_half_written_line(t
         write_records(tmp_path / "in" / "2.jsonl", changes)
         expected = {f"[{i}]": f"user {i} v{i % 2}" for i in range(1, 11) if i not in (2, 4)}
         _wait_for(lambda: {k: r["name"] for k, r in _rows_now(lake).items()} == expected)
+        process.send_signal(signal.SIGINT)  # Ctrl-C: how a following run ends
+        output = process.communicate(timeout=120)[0].decode(errors="replace")
     finally:
-        process.terminate()
-        output = process.communicate(timeout=60)[0].decode(errors="replace")
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    assert "stopping after the batches being applied (SIGINT)" in output and "\nstopped: " in output, output
+    assert "Traceback" not in output and "Exception" not in output, output
     dead = lake / "_cdclake" / "dead_letters"
     assert not DeltaTable.is_deltatable(str(dead)) or not DeltaTable(str(dead)).to_pyarrow_table().num_rows, output
 

@@ -123,7 +123,7 @@ def _user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
 
 
-def _private(base: Path) -> Path:
+def private_directory(base: Path) -> Path:
     """cdclake's directory in ``base``, which only this user can write to."""
     home = base / f"cdclake-{os.getuid()}"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -136,7 +136,7 @@ def _private(base: Path) -> Path:
 def _written(base: Path, text: str, stem: str, suffix: str, mode: int | None = None) -> Path:
     """``text`` in a file of cdclake's private directory of ``base``, named by its content: every session that needs
     the same text uses the same file, and a killed one leaves nothing behind."""
-    path = _private(base) / f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}"
+    path = private_directory(base) / f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}"
     if not path.is_file() or path.read_text() != text:
         write_atomic(path, text, mode=mode)
     return path
@@ -188,7 +188,7 @@ def _unix_socket_settings() -> dict[str, str]:
     the files go into this user's private directory; none where it cannot be made or its path is too long for a
     socket, as TCP still works there."""
     try:
-        directory = _private(Path(tempfile.gettempdir()))
+        directory = private_directory(Path(tempfile.gettempdir()))
     except OSError as exc:
         logger.info("Spark's Python processes connect over TCP: no private directory for their sockets (%s)", exc)
         return {}
@@ -321,7 +321,7 @@ def build_class_archive(train: Callable[[SparkSession], object], say: Callable[[
         raise RuntimeError("no Java found (JAVA_HOME, or java on the PATH): Spark needs one")
     if SparkContext._active_spark_context is not None:
         raise RuntimeError("a Spark session is running in this process: build the archive in a new one")
-    home = _private(target.parent.parent)
+    home = private_directory(target.parent.parent)
     with tempfile.TemporaryDirectory(dir=home) as tmp:
         listed = Path(tmp, "classes.lst")
         listing = f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:DumpLoadedClassList={shlex.quote(str(listed))}"
