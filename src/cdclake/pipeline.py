@@ -274,6 +274,10 @@ class BatchApplier:
                 self.held_batch = batch if report.held else None
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
+            compacted = self.sink.compact_own_tables()
+            if compacted:
+                logger.info("batch %d of %s: compacted the lake's own tables %s", batch, self.source.name,
+                            ", ".join(compacted))
             if time.monotonic() >= self.expire_due:
                 expired = self.sink.expire_tombstones()
                 if expired:

@@ -25,6 +25,7 @@ from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
 from cdclake.records import Record, write_records
+from cdclake.sinks import delta
 from tests.crashes import crash_at_every_point_then_finish
 from tests.lake import lake_rows
 
@@ -235,6 +236,23 @@ def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
         order.append("first")
     waiting.join(10)
     assert order == ["another lake", "first", "second"]
+
+
+def test_a_running_pipeline_compacts_the_lakes_own_tables_as_they_grow(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(delta, "COMPACT_AT_FILES", 3)
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10 + i, i) for i in range(1, 5)]
+                                                       + [change(DELETE, 20 + i, i) for i in range(1, 4)]))
+    lake = tmp_path / "lake"
+    cfg = PipelineConfig(lake=str(lake), name="t", sources=[
+        SourceConfig(format="canal-json", input=str(tmp_path / "in"), max_records_per_batch=1)])
+    assert len(pipeline.run(cfg, spark=spark).batches) == 7
+    progress = DeltaTable(str(lake / "_cdclake" / "progress"))
+    tombstones = DeltaTable(str(lake / "_cdclake" / "tombstones"))
+    # A file a batch, compacted into one at the third: at most 3 after seven batches.
+    assert len(progress.file_uris()) <= 3 and progress.to_pyarrow_table().num_rows == 7
+    assert len(tombstones.file_uris()) == 1 and tombstones.to_pyarrow_table().num_rows == 3
+    assert sorted(lake_rows(str(lake), "shop", "users")) == ["[4]"]
 
 
 def test_key_change_moves_the_row(spark, tmp_path):

@@ -62,6 +62,8 @@ PROGRESS = pa.schema([
 ])
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held")
+# A running pipeline compacts a table of its own once it holds this many files (see DeltaSink.compact_own_tables).
+COMPACT_AT_FILES = 50
 
 
 class TableStopped(Exception):
@@ -410,6 +412,24 @@ class DeltaSink:  # implements sinks.base.Sink
         # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
         write_deltalake(target, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
+
+    def compact_own_tables(self) -> list[str]:
+        """Compacts each of the lake's own tables that has reached :data:`COMPACT_AT_FILES` files: the batches append a
+        file each to them, and a batch reads the tombstones whole but for what Parquet's statistics rule out, a
+        quarter of a millisecond a file (600 files: 0.15-0.18 s), which a pipeline that follows its sources for a
+        week would have multiplied by a hundred thousand. Compaction changes no row and keeps the app-transaction
+        markers. Returns the tables compacted."""
+        compacted = []
+        for name in INTERNAL_TABLES:
+            table = self._tombstones() if name == "tombstones" else self._open(self.internal_uri(name))
+            if table is None or len(table.file_uris()) < COMPACT_AT_FILES:
+                continue
+            try:
+                table.optimize.compact()
+            except CommitFailedError:  # `cdclake maintain` compacted it first
+                continue
+            compacted.append(name)
+        return compacted
 
     # -- changes held for a later batch (consistency = "resolved-ts") -----------------------------------
     def hold(self, rows: pa.Table, batch: int, version: int) -> None:
