@@ -652,8 +652,10 @@ def _await_query(query: Any, run: _SourceRun, stop: threading.Event) -> None:
                 # Kafka has fewer records than when the run started (a broker restarting, or not yet serving
                 # its log): wait for them, as the reads do, instead of stopping as if caught up.
                 short_since = _wait_for_kafka(source, end, target, short_since)
-    finally:
-        _stop(query, run, stop)
+    except BaseException:
+        _stop_at_once([query])
+        raise
+    _stop(query, run)
     _raise_failure(query, run)
 
 
@@ -668,21 +670,30 @@ def _follow(spark: SparkSession, runs: list[_SourceRun], config: PipelineConfig,
             for run in runs:
                 run.poll()
             queries[0].awaitTermination(0.5)
-    finally:
-        for query, run in zip(queries, runs, strict=False):
-            _stop(query, run, stop)
-    for query, run in zip(queries, runs, strict=False):
+    except BaseException:
+        _stop_at_once(queries)
+        raise
+    for query, run in zip(queries, runs, strict=True):
+        _stop(query, run)
+    for query, run in zip(queries, runs, strict=True):
         _raise_failure(query, run)
 
 
-def _stop(query: Any, run: _SourceRun, stop: threading.Event) -> None:
-    """Stops a query that is still running: when the run was asked to stop, after the batch it is applying."""
+def _stop(query: Any, run: _SourceRun) -> None:
+    """Stops a query that is still running, after the batch it is applying."""
     if not query.isActive:
         return
-    if stop.is_set() and run.reports is None:
+    if run.reports is None:
         _stop_between_batches(query, run.applier)
     else:
         query.stop()
+
+
+def _stop_at_once(queries: list[Any]) -> None:
+    """Stops the queries wherever they are: the run is failing, or a second signal says not to wait."""
+    for query in queries:
+        if query.isActive:
+            query.stop()
 
 
 # How long a stopping run waits for Spark to log a batch as done before it stops the query anyway (the batch is then
@@ -695,7 +706,8 @@ def _stop_between_batches(query: Any, applier: BatchApplier) -> None:
     wherever it is: in a batch, the batch's Spark jobs failed, and the JVM, matching the long error that came back
     from Python, overflowed its stack and printed thousands of lines. The batch is left to finish; one that starts
     after it refuses to (:class:`StopRequested`), and the query is stopped once Spark has logged the last batch
-    done. (With Spark Connect the batches run on the server, out of reach: the query is stopped as it is.)"""
+    done. (With Spark Connect the batches run on the server, out of reach: the query is stopped as it is.) A run
+    that has caught up stops its query this way too: a batch of records that arrived meanwhile may have begun."""
     applier.stopping.set()
     with applier.busy:  # the batch being applied, if any, has ended
         pass
