@@ -4,7 +4,7 @@
 name = "shop"                 # pipeline id: names the checkpoints and the lake's commit markers
 lake = "/data/lake"           # the lake root (local path; s3:// etc. with [storage])
 checkpoint = "/data/ckpt"     # optional; default <lake>/_cdclake/checkpoints/<name>
-follow = false                # true: keep watching the sources
+follow = false                # true: keep watching the sources, all at once (false: one after another)
 poll_seconds = 1
 tombstone_retention_hours = 168
 
