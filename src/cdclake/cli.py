@@ -189,9 +189,10 @@ def run(
         summary = run_pipeline(cfg, progress=show)
     except (ValueError, KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
-    # A signal is how a following run ends; a run that was to stop once caught up did not get there.
+    # A signal is how a following run ends; a run that was to stop once caught up exits as interrupted (130), though
+    # the batch the signal found was finished: running it again reads what it left, if anything.
     interrupted = summary.signalled and not cfg.follow
-    ended = "stopped before catching up" if interrupted else "stopped" if summary.signalled else "done"
+    ended = "stopped" if summary.signalled else "done"
     typer.echo(f"{ended}: {len(summary.batches)} batches, {summary.total('records')} records, "
                f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
                f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "

@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import InheritableThread
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -131,7 +131,7 @@ class BatchApplier:
 
     def __init__(self, spark: SparkSession, read: SourceRead, sink: Sink, base_version: int,
                  progress: Progress | None, partitions: list[tuple[str, int]] | None = None,
-                 expire_every_s: float = TOMBSTONE_EXPIRY_S) -> None:
+                 expire_every_s: float = TOMBSTONE_EXPIRY_S, run_stopping: threading.Event | None = None) -> None:
         self.spark, self.read, self.source, self.sink = spark, read, read.source, sink
         self.base_version = base_version
         self.progress = progress
@@ -149,18 +149,20 @@ class BatchApplier:
         self.written: set[tuple[str, str]] = set()
         self._resume()
         self.summary = RunSummary()
-        # Set when the run is to end: a batch that starts after it is left to the next run (see _stop_between_batches).
+        # Set when this query is to end, or the whole run (``run_stopping``, set by a signal): a batch that starts
+        # after either is left to the next run (see _stop_between_batches).
         self.stopping = threading.Event()
+        self.run_stopping = run_stopping
         self.busy = threading.Lock()  # held while a batch is applied
 
     def __getstate__(self) -> dict[str, Any]:
         # With Spark Connect the applier is pickled to the server, which makes its own (see _stop_between_batches).
         state = dict(self.__dict__)
-        del state["stopping"], state["busy"]
+        del state["stopping"], state["run_stopping"], state["busy"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, stopping=threading.Event(), busy=threading.Lock())
+        self.__dict__.update(state, stopping=threading.Event(), run_stopping=None, busy=threading.Lock())
 
     def _resume(self) -> None:
         """Stopped tables, each partition's latest commit ts and resolved ts, and the held changes, as the
@@ -179,7 +181,7 @@ class BatchApplier:
     def __call__(self, data: DataFrame, batch_id: int) -> None:
         """Applies one batch: ``data`` holds its records, or their changelog where the source decodes them."""
         with self.busy:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or (self.run_stopping is not None and self.run_stopping.is_set()):
                 raise StopRequested(f"batch {self.base_version + batch_id} of {self.source.name}: for the next run")
             with one_batch_at_a_time(self.sink.lake):
                 self._apply(data, batch_id)
@@ -507,7 +509,7 @@ class _SourceRun:
 
 
 def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfig,
-                progress: Progress | None) -> _SourceRun:
+                progress: Progress | None, stop: threading.Event) -> _SourceRun:
     sink = DeltaSink(config.lake, f"{config.name}.{source.name}", config.storage_options,
                      config.tombstone_retention_hours)
     checkpoint = os.path.join(config.checkpoint_dir(), source.name)
@@ -519,7 +521,7 @@ def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfi
     reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) if is_connect(spark) else None
     read = source_read(spark, source, config, sink)
     applier = BatchApplier(spark, read, sink, base, None if reports else progress, partitions,
-                           min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600))
+                           min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600), stop)
     return _SourceRun(read, sink, applier, checkpoint, reports)
 
 
@@ -530,14 +532,14 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
     set, stops them after the batches they are applying."""
     summary = RunSummary()
     if config.follow:
-        runs = [_source_run(spark, config, source, progress) for source in config.sources]
+        runs = [_source_run(spark, config, source, progress, stop) for source in config.sources]
         _follow(spark, runs, config, stop)
     else:
         runs = []
         for source in config.sources:
             if stop.is_set():
                 break
-            runs.append(_source_run(spark, config, source, progress))
+            runs.append(_source_run(spark, config, source, progress, stop))
             _await_query(_start_query(spark, runs[-1], config), runs[-1], stop)
     for run in runs:
         run.finish(summary)
@@ -639,7 +641,7 @@ def _await_query(query: Any, run: _SourceRun, stop: threading.Event) -> None:
     try:
         while query.isActive and not stop.is_set():
             run.poll()
-            if query.awaitTermination(0.5):
+            if _ended(query, 0.5):
                 break
             if target is None:
                 continue
@@ -669,7 +671,7 @@ def _follow(spark: SparkSession, runs: list[_SourceRun], config: PipelineConfig,
         while all(query.isActive for query in queries) and not stop.is_set():
             for run in runs:
                 run.poll()
-            queries[0].awaitTermination(0.5)
+            _ended(queries[0], 0.5)
     except BaseException:
         _stop_at_once(queries)
         raise
@@ -716,6 +718,17 @@ def _stop_between_batches(query: Any, applier: BatchApplier) -> None:
         time.sleep(0.1)
     if query.isActive:
         query.stop()
+
+
+def _ended(query: Any, seconds: float) -> bool:
+    """Whether the query has ended within ``seconds``. A query's failure is raised (Spark's own exception), but for
+    a batch declining to start in a run that is stopping."""
+    try:
+        return bool(query.awaitTermination(seconds))
+    except StreamingQueryException as failure:
+        if StopRequested.__name__ in str(failure):
+            return True
+        raise
 
 
 def _raise_failure(query: Any, run: _SourceRun) -> None:

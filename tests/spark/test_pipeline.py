@@ -220,6 +220,28 @@ def test_a_following_run_reads_every_source_and_a_signal_ends_it_after_the_batch
     assert pipeline.run(cfg, spark=spark).batches == []
 
 
+def test_a_signal_leaves_the_batches_after_the_one_being_applied_to_the_next_run(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10 + i, i) for i in range(1, 4)]))
+    cfg = PipelineConfig(lake=str(tmp_path / "lake"), name="t", sources=[
+        SourceConfig(format="canal-json", input=str(tmp_path / "in"), max_records_per_batch=1)])
+
+    def signal_in_the_first_batch(report: pipeline.BatchReport) -> None:
+        if report.batch == 0:
+            ours = signal.getsignal(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 10
+            while signal.getsignal(signal.SIGINT) is ours and time.monotonic() < deadline:
+                time.sleep(0.01)  # until the run's handler has seen it (it puts the previous one back)
+
+    first = pipeline.run(cfg, progress=signal_in_the_first_batch, spark=spark)
+    assert first.signalled and [b.batch for b in first.batches] == [0]
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]"]
+    second = pipeline.run(cfg, spark=spark)
+    assert not second.signalled and [b.batch for b in second.batches] == [1, 2]
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]", "[3]"]
+
+
 def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
     order: list[str] = []
 

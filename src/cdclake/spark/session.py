@@ -145,7 +145,9 @@ def _written(base: Path, text: str, stem: str, suffix: str, mode: int | None = N
 # Spark prints its start-up lines (its default log4j profile, twice; the host's loopback address; "Setting default log
 # level", which it prints unless the logger of the Python gateway is configured at the root's level) before a session
 # exists to set its level. A local session's JVM starts with this configuration instead, at the level get_session
-# sets anyway; errors still show.
+# sets anyway; errors still show, but for a streaming query's end: cdclake raises a failed query's error itself (with
+# the Python traceback of a failed batch), which Spark's log repeated with some fifty lines of the JVM's stack, and
+# Spark logged as failed the query of a run that a signal stops, whose next batch declines to start (StopRequested).
 _QUIET_LOG4J = """# Written by cdclake for the JVM of a local Spark session.
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = stderr
@@ -156,6 +158,8 @@ appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
+logger.query.name = org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution
+logger.query.level = off
 """
 
 
