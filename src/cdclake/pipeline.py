@@ -668,10 +668,12 @@ def _follow(spark: SparkSession, runs: list[_SourceRun], config: PipelineConfig,
     try:
         for run in runs:
             queries.append(_start_query(spark, run, config))
+        # A failed query ends the loop, and the others stop after their batches before its failure is raised. (Not
+        # stop.wait: a signal handler setting the event while this thread holds the event's lock would deadlock.)
         while all(query.isActive for query in queries) and not stop.is_set():
             for run in runs:
                 run.poll()
-            _ended(queries[0], 0.5)
+            time.sleep(0.5)
     except BaseException:
         _stop_at_once(queries)
         raise

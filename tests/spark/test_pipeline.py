@@ -242,6 +242,25 @@ def test_a_signal_leaves_the_batches_after_the_one_being_applied_to_the_next_run
     assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]", "[3]"]
 
 
+def test_a_following_run_whose_source_fails_stops_the_others_and_says_which_failed(spark, tmp_path, monkeypatch):
+    for source, table in (("a", "users"), ("b", "orders")):
+        (tmp_path / source).mkdir()
+        write_records(tmp_path / source / "1.jsonl", records([change(INSERT, 100, 1, table=table)]))
+    apply = pipeline.BatchApplier._apply
+
+    def failing_in_b(self, data, batch_id):
+        if self.source.name == "b":
+            raise OSError("the disk of b is full")
+        return apply(self, data, batch_id)
+
+    monkeypatch.setattr(pipeline.BatchApplier, "_apply", failing_in_b)
+    cfg = PipelineConfig(lake=str(tmp_path / "lake"), name="t", follow=True, poll_seconds=0.2, sources=[
+        SourceConfig(name=source, format="canal-json", input=str(tmp_path / source)) for source in ("a", "b")])
+    with pytest.raises(RuntimeError, match=r"source b failed: (?s:.*)the disk of b is full"):
+        pipeline.run(cfg, spark=spark)
+    assert not spark.streams.active
+
+
 def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
     order: list[str] = []
 
