@@ -181,7 +181,7 @@ class BatchApplier:
     def __call__(self, data: DataFrame, batch_id: int) -> None:
         """Applies one batch: ``data`` holds its records, or their changelog where the source decodes them."""
         with self.busy:
-            if self.stopping.is_set() or (self.run_stopping is not None and self.run_stopping.is_set()):
+            if self.stopping.is_set() or (self.run_stopping and self.run_stopping.is_set()):
                 raise StopRequested(f"batch {self.base_version + batch_id} of {self.source.name}: for the next run")
             with one_batch_at_a_time(self.sink.lake):
                 self._apply(data, batch_id)
@@ -490,14 +490,16 @@ class StopRequested(Exception):
 
 @dataclass
 class _SourceRun:
-    """One source of a run: how it is read, its sink, the applier of its batches, and where its query keeps its
-    checkpoint. With Spark Connect its batch reports come back through the lake (``reports``)."""
+    """One source of a run: the applier of its batches (which knows how the source is read and its sink), and where
+    its query keeps its checkpoint. With Spark Connect its batch reports come back through the lake (``reports``)."""
 
-    read: SourceRead
-    sink: DeltaSink
     applier: BatchApplier
     checkpoint: str
     reports: _LakeReports | None
+
+    @property
+    def read(self) -> SourceRead:
+        return self.applier.read
 
     def poll(self) -> None:
         if self.reports:
@@ -522,7 +524,7 @@ def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfi
     read = source_read(spark, source, config, sink)
     applier = BatchApplier(spark, read, sink, base, None if reports else progress, partitions,
                            min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600), stop)
-    return _SourceRun(read, sink, applier, checkpoint, reports)
+    return _SourceRun(applier, checkpoint, reports)
 
 
 def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress | None,
@@ -543,7 +545,7 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
             _await_query(_start_query(spark, runs[-1], config), runs[-1], stop)
     for run in runs:
         run.finish(summary)
-        run.sink.expire_tombstones()
+        run.applier.sink.expire_tombstones()
     summary.signalled = stop.is_set()
     return summary
 
@@ -728,15 +730,21 @@ def _ended(query: Any, seconds: float) -> bool:
     try:
         return bool(query.awaitTermination(seconds))
     except StreamingQueryException as failure:
-        if StopRequested.__name__ in str(failure):
+        if _declined(failure):
             return True
         raise
 
 
 def _raise_failure(query: Any, run: _SourceRun) -> None:
     failure = query.exception()
-    if failure is not None and StopRequested.__name__ not in str(failure):
+    if failure is not None and not _declined(failure):
         raise RuntimeError(f"source {run.read.source.name} failed: {failure}")
+
+
+def _declined(failure: Exception) -> bool:
+    """Whether a query ended because a batch declined to start in a stopping run: not a failure. Spark hands the
+    error back as text, the batch's Python traceback within."""
+    return StopRequested.__name__ in str(failure)
 
 
 REACHED, IDLE = "reached", "idle"
