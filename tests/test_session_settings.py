@@ -5,15 +5,24 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, PER_SESSION, SHORT_RUN_JAVA_OPTIONS, session_settings
+from cdclake.spark.session import (
+    JAVA_OPTIONS,
+    LOCAL_DEFAULTS,
+    PER_SESSION,
+    SHORT_RUN_JAVA_OPTIONS,
+    scratch_directory,
+    session_settings,
+)
 
 SOCKETS = "spark.python.unix.domain.socket.enabled"
 SOCKET_DIR = "spark.python.unix.domain.socket.dir"
 QUIET = "-Dlog4j2.configurationFile="
+TMPDIR = "-Djava.io.tmpdir="
 
 
 @pytest.fixture(autouse=True)
@@ -23,8 +32,9 @@ def own_cache_and_spark_conf(tmp_path, monkeypatch):
 
 
 def _jvm_options(settings: dict[str, str]) -> list[str]:
-    """The JVM options, the quiet log configuration's path left out (see test_a_local_session_starts_quietly)."""
-    return [o if not o.startswith(QUIET) else QUIET for o in settings[JAVA_OPTIONS].split()]
+    """The JVM options, the paths of the quiet log configuration (see test_a_local_session_starts_quietly) and of the
+    process's scratch directory left out."""
+    return [next((kept for kept in (QUIET, TMPDIR) if o.startswith(kept)), o) for o in settings[JAVA_OPTIONS].split()]
 
 
 @pytest.mark.parametrize(("master", "remote"), [(None, None), ("local[2]", None), (None, "local[2]")])
@@ -32,8 +42,9 @@ def test_a_session_on_this_machine_gets_its_tuning(master, remote):
     settings = session_settings(master, remote, "/opt/python")
     assert settings == {**LOCAL_DEFAULTS, "spark.pyspark.python": "/opt/python", SOCKETS: "true",
                         SOCKET_DIR: settings[SOCKET_DIR], JAVA_OPTIONS: settings[JAVA_OPTIONS]}
-    assert _jvm_options(settings) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), QUIET]
+    assert _jvm_options(settings) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), TMPDIR, QUIET]
     assert settings["spark.sql.shuffle.partitions"] == "4"
+    assert f"{TMPDIR}{settings[SOCKET_DIR]}" in settings[JAVA_OPTIONS]
 
 
 @pytest.fixture
@@ -45,10 +56,11 @@ def short_tmp():
 
 def test_the_python_processes_sockets_are_files_only_this_user_can_reach(short_tmp, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
-    directory = session_settings(None, None, "/opt/python")[SOCKET_DIR]
-    assert directory == str(short_tmp / f"cdclake-{os.getuid()}")
-    mode = os.stat(directory).st_mode
-    assert stat.S_ISDIR(mode) and stat.S_IMODE(mode) == 0o700
+    directory = Path(session_settings(None, None, "/opt/python")[SOCKET_DIR])
+    assert directory.parent == short_tmp / f"cdclake-{os.getuid()}" and directory.name.startswith("run-")
+    for path in (directory.parent, directory):
+        mode = os.stat(path).st_mode
+        assert stat.S_ISDIR(mode) and stat.S_IMODE(mode) == 0o700
 
 
 def test_sockets_go_over_tcp_where_a_socket_files_path_would_be_too_long(tmp_path, monkeypatch, caplog):
@@ -65,7 +77,8 @@ def test_sockets_go_over_tcp_where_the_private_directory_is_not_private(short_tm
     monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
     (short_tmp / f"cdclake-{os.getuid()}").mkdir()
     os.chmod(short_tmp / f"cdclake-{os.getuid()}", 0o777)  # the mode mkdir got is masked by the umask
-    assert SOCKETS not in session_settings(None, None, "/opt/python")
+    settings = session_settings(None, None, "/opt/python")
+    assert SOCKETS not in settings and TMPDIR not in settings[JAVA_OPTIONS]
 
 
 @pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://https://host:6443"])
@@ -89,10 +102,11 @@ def test_the_users_settings_win(master, remote):
 
 def test_a_short_run_on_this_machine_compiles_quickly_unless_the_user_chose_jvm_options():
     assert _jvm_options(session_settings(None, None, "/opt/python", short_run=True)) == [
-        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), SHORT_RUN_JAVA_OPTIONS, QUIET]
-    assert _jvm_options(session_settings(None, None, "/opt/python")) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), QUIET]
+        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), SHORT_RUN_JAVA_OPTIONS, TMPDIR, QUIET]
+    assert _jvm_options(session_settings(None, None, "/opt/python")) == [
+        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), TMPDIR, QUIET]
     mine = {JAVA_OPTIONS: "-Xss4m"}
-    assert _jvm_options(session_settings(None, None, "/opt/python", mine, short_run=True)) == ["-Xss4m", QUIET]
+    assert _jvm_options(session_settings(None, None, "/opt/python", mine, short_run=True)) == ["-Xss4m", TMPDIR, QUIET]
     assert JAVA_OPTIONS not in session_settings("yarn", None, "/opt/python", short_run=True)
 
 
@@ -106,7 +120,31 @@ def test_a_local_session_starts_quietly_unless_the_user_configures_logging(tmp_p
     assert {"rootLogger.level = error", "logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer",
             "logger.gateway.level = error"} <= lines
     mine = {JAVA_OPTIONS: "-Dlog4j2.configurationFile=file:///etc/mine.properties"}
-    assert session_settings(None, None, "/opt/python", mine)[JAVA_OPTIONS] == mine[JAVA_OPTIONS]
+    options = session_settings(None, None, "/opt/python", mine)[JAVA_OPTIONS].split()
+    assert options[0] == mine[JAVA_OPTIONS] and [o for o in options if o.startswith(QUIET)] == [mine[JAVA_OPTIONS]]
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "log4j2.properties").write_text("rootLogger.level = info\n")
-    assert _jvm_options(session_settings(None, None, "/opt/python")) == LOCAL_DEFAULTS[JAVA_OPTIONS].split()
+    assert _jvm_options(session_settings(None, None, "/opt/python")) == [*LOCAL_DEFAULTS[JAVA_OPTIONS].split(), TMPDIR]
+
+
+def test_the_users_own_temporary_directory_for_the_jvm_wins():
+    mine = {JAVA_OPTIONS: "-Djava.io.tmpdir=/data/tmp -Xss4m"}
+    assert session_settings(None, None, "/opt/python", mine)[JAVA_OPTIONS].split()[:2] == mine[JAVA_OPTIONS].split()
+    assert _jvm_options(session_settings(None, None, "/opt/python", mine)) == [TMPDIR, "-Xss4m", QUIET]
+
+
+def test_a_new_scratch_directory_removes_those_no_live_process_holds(short_tmp):
+    home = short_tmp / f"cdclake-{os.getuid()}"
+    living = scratch_directory(short_tmp)  # this process holds it
+    scratch_directory.cache_clear()
+    dead = home / "run-dead"  # a killed process's: its lock file, which nobody holds, and Spark's files
+    (dead / "blockmgr-1").mkdir(parents=True)
+    (dead / ".in-use").touch()
+    being_made = home / "run-new"  # made a moment ago, its lock file not yet
+    being_made.mkdir()
+    abandoned = home / "run-old"  # without a lock file for long: its remover died
+    abandoned.mkdir()
+    os.utime(abandoned, (time.time() - 3600, time.time() - 3600))
+    mine = scratch_directory(short_tmp)
+    assert sorted(p.name for p in home.iterdir()) == sorted([living.name, being_made.name, mine.name])
+    scratch_directory.cache_clear()

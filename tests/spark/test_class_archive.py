@@ -45,9 +45,11 @@ def in_cache(cache: Path) -> dict[str, str]:
     return {**os.environ, "XDG_CACHE_HOME": str(cache)}
 
 
-def without_log_configuration(options: str) -> str:
-    """JVM options without the log configuration every local session gets (see test_session_settings)."""
-    return " ".join(o for o in options.split() if not o.startswith("-Dlog4j2.configurationFile="))
+def without_given_paths(options: str) -> str:
+    """JVM options without the log configuration and the scratch directory every local session gets (see
+    test_session_settings)."""
+    given = ("-Dlog4j2.configurationFile=", "-Djava.io.tmpdir=")
+    return " ".join(o for o in options.split() if not o.startswith(given))
 
 
 @pytest.mark.spark
@@ -71,7 +73,7 @@ def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_old
                                   env=in_cache(tmp_path), capture_output=True, text=True, timeout=900, check=False)
         assert recorded.returncode == 0, recorded.stdout + recorded.stderr[-3000:]
         options, ran = recorded.stdout.splitlines()[-2:]
-        assert without_log_configuration(options).endswith(
+        assert without_given_paths(options).endswith(
             f"-XX:StartFlightRecording=filename={tmp_path / 'flight.jfr'} -XX:SharedArchiveFile={archive}")
         assert ran == "True"
     finally:
@@ -81,7 +83,7 @@ def test_a_built_archive_is_mapped_by_the_next_local_session_and_replaces_an_old
 def test_a_local_session_maps_the_archive_given_and_a_clusters_never(tmp_path):
     archive = tmp_path / "spark-classes-x.jsa"
     local = session_settings("local[2]", None, "/opt/python", archive=archive)
-    assert without_log_configuration(local[JAVA_OPTIONS]) == (
+    assert without_given_paths(local[JAVA_OPTIONS]) == (
         f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:SharedArchiveFile={archive}")
     assert JAVA_OPTIONS not in session_settings("spark://host:7077", None, "/opt/python", archive=archive)
     spaced = tmp_path / "a b" / "x.jsa"
@@ -92,10 +94,10 @@ def test_a_local_session_maps_the_archive_given_and_a_clusters_never(tmp_path):
 def test_the_users_own_jvm_options_keep_the_archive_unless_they_choose_how_classes_are_shared(tmp_path):
     archive = tmp_path / "spark-classes-x.jsa"
     own = session_settings(None, None, "/opt/python", {JAVA_OPTIONS: "-Xss4m"}, archive)[JAVA_OPTIONS]
-    assert without_log_configuration(own) == f"-Xss4m -XX:SharedArchiveFile={archive}"
+    assert without_given_paths(own) == f"-Xss4m -XX:SharedArchiveFile={archive}"
     for sharing in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:DumpLoadedClassList=/tmp/c.lst"):
         options = session_settings(None, None, "/opt/python", {JAVA_OPTIONS: sharing}, archive)[JAVA_OPTIONS]
-        assert without_log_configuration(options) == sharing
+        assert without_given_paths(options) == sharing
 
 
 def test_the_archive_is_named_by_the_java_the_jars_and_the_recipe_it_is_for(tmp_path, monkeypatch):

@@ -5,14 +5,17 @@ threads in them."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pyspark
 import pytest
 
-from cdclake.spark.session import worker_python
+from cdclake.spark.session import scratch_directory, worker_python
 
 pytestmark = pytest.mark.spark
 
@@ -134,3 +137,51 @@ def test_the_python_workers_spark_stops_after_a_quiet_minute_end_without_a_trace
     assert ours.split() == bare.split() == ["idled"], ours_errors + bare_errors
     assert "BrokenPipeError" in bare_errors
     assert "Traceback" not in ours_errors, ours_errors
+
+
+# A session that runs a job with a shuffle and Python workers, says where its JVM keeps its files, then waits to be
+# killed (argv: "kill") or ends (argv: "end").
+SCRATCH_USER = """
+import sys, time
+from cdclake.spark.session import get_session
+spark = get_session()
+def same(batches):
+    yield from batches
+assert spark.range(1000).repartition(3).mapInArrow(same, "id long").groupBy("id").count().count() == 1000
+print(spark.sparkContext._jvm.System.getProperty("java.io.tmpdir"), flush=True)
+if sys.argv[1] == "kill":
+    time.sleep(600)
+"""
+
+
+def test_the_spark_files_a_killed_or_ended_run_left_are_removed_by_the_next_session():
+    # Spark deletes its block manager's and temporary files when the JVM exits, not when it is killed: those of killed
+    # runs piled up in the temporary directory for good, and every run left its Python daemon's socket file.
+    with tempfile.TemporaryDirectory(prefix="s") as short:  # pytest's paths are too long for a socket
+        env = {**os.environ, "TMPDIR": short}
+        killed = subprocess.Popen([sys.executable, "-c", SCRATCH_USER, "kill"], env=env, stdout=subprocess.PIPE,
+                                  text=True, start_new_session=True)
+        try:
+            scratch = Path(killed.stdout.readline().strip())
+        finally:
+            os.killpg(killed.pid, signal.SIGKILL)
+            killed.wait(timeout=60)
+        home = Path(short) / f"cdclake-{os.getuid()}"
+        assert scratch.parent == home
+        left = {p.name.split("-")[0] for p in scratch.iterdir()}
+        assert {"blockmgr", "spark"} <= left  # what the kill left behind, in the scratch directory
+        assert os.listdir(short) == [home.name]  # nothing of Spark's beside it
+        ended = subprocess.run([sys.executable, "-c", SCRATCH_USER, "end"], env=env, capture_output=True, text=True,
+                               timeout=600, check=False)
+        assert ended.returncode == 0, ended.stderr
+        ended_scratch = Path(ended.stdout.strip())
+        assert ended_scratch.parent == home
+        assert os.listdir(short) == [home.name]
+        assert list(home.iterdir()) == [ended_scratch]  # the killed run's files are gone
+        assert any(p.name.endswith(".sock") for p in ended_scratch.iterdir())
+        scratch_directory.cache_clear()  # as a new process: its first session
+        try:
+            mine = scratch_directory(Path(short))
+            assert list(home.iterdir()) == [mine]  # the ended run's, with its socket, are gone too
+        finally:
+            scratch_directory.cache_clear()

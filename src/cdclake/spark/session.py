@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -13,9 +15,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import pyspark
 from pyspark import SparkContext
@@ -184,22 +188,70 @@ _SOCKET_NAME = 43
 _SOCKET_PATH_MAX = 103
 
 
-def _unix_socket_settings() -> dict[str, str]:
+def _unix_socket_settings(directory: Path | None) -> dict[str, str]:
     """Unix domain sockets between the JVM and its Python processes, instead of TCP on the loopback: the
     decoder benchmark's records reached Python and came back in 0.84-0.92 s instead of 1.06-1.10 s (1,009,559
     Canal-JSON records), and its decoding took 2.36-2.62 s instead of 2.77-2.81 s. Such a socket carries no secret
     (Spark leaves access to the file's permissions, and whoever can connect runs code in the Python workers), so
-    the files go into this user's private directory; none where it cannot be made or its path is too long for a
-    socket, as TCP still works there."""
-    try:
-        directory = private_directory(Path(tempfile.gettempdir()))
-    except OSError as exc:
-        logger.info("Spark's Python processes connect over TCP: no private directory for their sockets (%s)", exc)
+    the files go into this process's directory of this user's private one (see :func:`scratch_directory`); none
+    where it cannot be made or its path is too long for a socket, as TCP still works there."""
+    if directory is None:
         return {}
     if len(os.fsencode(directory)) + _SOCKET_NAME > _SOCKET_PATH_MAX:
         logger.info("Spark's Python processes connect over TCP: %s is too long a path for a socket", directory)
         return {}
     return {"spark.python.unix.domain.socket.enabled": "true", "spark.python.unix.domain.socket.dir": str(directory)}
+
+
+_IN_USE = ".in-use"  # locked by the process whose scratch directory holds it, while it lives
+_MAKING_S = 60  # a directory without that file, younger than this, is still being made
+
+
+@functools.cache
+def scratch_directory(base: Path) -> Path:
+    """This process's directory for its local Spark JVM's temporary files (``java.io.tmpdir``, and so Spark's shuffle
+    and block files, the native libraries it unpacks, its Python workers' files) and the sockets to those workers,
+    in cdclake's private directory of ``base``. Spark deletes its files when its JVM exits, but not when it is killed
+    (SIGKILL, the OOM killer): those of killed runs stayed in the temporary directory for good (the test suite left
+    some 2,900), and every run left its Python daemon's socket file. So the process locks its directory while it
+    lives, and a new one removes those that no live process locks: a lock, not a process id, which another container
+    sharing the directory could hold for a process this one cannot see. Not at this process's exit: its JVM ends
+    after it and still writes there as it shuts down (Spark's last cleanup, a flight recording)."""
+    home = private_directory(base)
+    for old in home.glob("run-*"):
+        _remove_unless_in_use(old)
+    mine = Path(tempfile.mkdtemp(prefix="run-", dir=home))
+    # Locked under another name first: another process could lock a bare lock file between its making and its lock.
+    held = open(mine / ".locking", "wb")  # noqa: SIM115 (open for the life of the process: closing it frees the lock)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    os.rename(mine / ".locking", mine / _IN_USE)
+    _HELD.append(held)
+    return mine
+
+
+_HELD: list[BinaryIO] = []
+
+
+def _remove_unless_in_use(directory: Path) -> None:
+    try:
+        with open(directory / _IN_USE, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(directory, ignore_errors=True)
+    except BlockingIOError:
+        return  # its process lives
+    except FileNotFoundError:  # being made, or partly removed by a process that died removing it
+        with contextlib.suppress(OSError):
+            if time.time() - directory.stat().st_mtime > _MAKING_S:
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def _local_scratch() -> Path | None:
+    try:
+        return scratch_directory(Path(tempfile.gettempdir()))
+    except OSError as exc:
+        logger.info("Spark keeps its temporary files in the temporary directory, and its Python processes connect "
+                    "over TCP: no private directory for them (%s)", exc)
+        return None
 
 
 # What every session needs, on a cluster too: cdclake's values are UTC text, and batches to Python stay bounded.
@@ -226,10 +278,13 @@ def session_settings(master: str | None, remote: str | None, python: str, conf: 
     :func:`get_session`)."""
     conf = dict(conf or {})
     if _on_this_machine(master, remote):
-        settings = {**LOCAL_DEFAULTS, **_unix_socket_settings(), "spark.pyspark.python": python, **conf}
+        scratch = _local_scratch()
+        settings = {**LOCAL_DEFAULTS, **_unix_socket_settings(scratch), "spark.pyspark.python": python, **conf}
         if short_run and JAVA_OPTIONS not in conf:
             settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {SHORT_RUN_JAVA_OPTIONS}"
         options = settings.get(JAVA_OPTIONS, "")
+        if scratch is not None and "java.io.tmpdir" not in options:
+            options = settings[JAVA_OPTIONS] = f"{options} -Djava.io.tmpdir={shlex.quote(str(scratch))}".lstrip()
         if quiet := _quiet_log_option(options):
             options = settings[JAVA_OPTIONS] = f"{options} {quiet}".lstrip()
         if archive is not None and not _SHARING_OPTION.search(options):
