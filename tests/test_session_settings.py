@@ -145,6 +145,7 @@ def test_a_new_scratch_directory_removes_those_no_live_process_holds(short_tmp):
     abandoned = home / "run-old"  # without a lock file for long: its remover died
     abandoned.mkdir()
     os.utime(abandoned, (time.time() - 3600, time.time() - 3600))
+    (home / "run-file").touch()  # not a directory of cdclake's: left alone, and no failure
     mine = scratch_directory(short_tmp)
-    assert sorted(p.name for p in home.iterdir()) == sorted([living.name, being_made.name, mine.name])
+    assert sorted(p.name for p in home.iterdir()) == sorted([living.name, being_made.name, "run-file", mine.name])
     scratch_directory.cache_clear()

@@ -205,6 +205,7 @@ def _unix_socket_settings(directory: Path | None) -> dict[str, str]:
 
 _IN_USE = ".in-use"  # locked by the process whose scratch directory holds it, while it lives
 _MAKING_S = 60  # a directory without that file, younger than this, is still being made
+_HELD: list[BinaryIO] = []  # the locks of this process's scratch directories, open for its life
 
 
 @functools.cache
@@ -229,20 +230,29 @@ def scratch_directory(base: Path) -> Path:
     return mine
 
 
-_HELD: list[BinaryIO] = []
-
-
 def _remove_unless_in_use(directory: Path) -> None:
+    """Removes a scratch directory whose process has ended: nobody holds its lock, or it has none and is older than
+    one being made (its remover died removing it)."""
     try:
-        with open(directory / _IN_USE, "rb") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(directory, ignore_errors=True)
-    except BlockingIOError:
-        return  # its process lives
-    except FileNotFoundError:  # being made, or partly removed by a process that died removing it
+        lock = open(directory / _IN_USE, "rb")  # noqa: SIM115 (closed below, after the removal it guards)
+    except FileNotFoundError:
         with contextlib.suppress(OSError):
             if time.time() - directory.stat().st_mtime > _MAKING_S:
-                shutil.rmtree(directory, ignore_errors=True)
+                _remove_scratch(directory)
+        return
+    except OSError:  # not a directory of cdclake's (a file of that name, say): left alone
+        return
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # its process lives
+        _remove_scratch(directory)
+
+
+def _remove_scratch(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    logger.info("removed %s: the temporary files of a local Spark session whose process has ended", directory)
 
 
 def _local_scratch() -> Path | None:
