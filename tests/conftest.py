@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import glue
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -15,6 +19,21 @@ def corpus() -> Path:
     # The corpus sits beside the checkout (as in CI); a missing corpus must fail, not skip.
     assert CORPUS.is_dir(), f"the shared corpus is missing at {CORPUS}"
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def glue_endpoint() -> Iterator[str]:
+    with glue.glue_server() as endpoint:
+        yield endpoint
+
+
+_registry_names = itertools.count(1)
+
+
+@pytest.fixture
+def glue_registry(glue_endpoint: str) -> str:
+    """The ``registry`` option naming a new, empty AWS Glue registry on the local stand-in."""
+    return glue.create_registry(glue_endpoint, f"registry-{next(_registry_names)}")
 
 
 _skipped: list[str] = []

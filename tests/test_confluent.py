@@ -4,7 +4,11 @@ import base64
 import json
 import logging
 import pickle
+import re
+import socket
 import threading
+import uuid
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,8 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdclake import confluent
 from cdclake.confluent import (
     DirectoryRegistry,
+    GlueRegistry,
     HttpRegistry,
     MemoryRegistry,
     RegistryError,
@@ -28,6 +34,7 @@ from cdclake.confluent import (
     write_datum,
 )
 from cdclake.formats.base import DecodeError
+from tests import glue
 
 SCHEMA = {
     "type": "record",
@@ -157,7 +164,7 @@ def test_unframe_rejects_short_input(data):
 
 
 def test_unframe_rejects_wrong_magic():
-    with pytest.raises(DecodeError, match="0x01, not the Confluent magic byte"):
+    with pytest.raises(DecodeError, match="0x01, neither the Confluent magic byte 0x00 nor the AWS Glue header"):
         unframe(b"\x01\x00\x00\x00\x01\x02")
 
 
@@ -220,6 +227,10 @@ def test_directory_registry_reads_hand_written_files(tmp_path):
     assert read_datum(registry, frame(42, bytes.fromhex("0400"))) == (42, {"id": 2, "name": None})
     with pytest.raises(DecodeError, match=r"schema id 43 .* is not JSON"):
         registry.schema(43)
+    # a Glue-framed message's schema, saved under its version's UUID
+    version = uuid.UUID("8af4ade0-9b3e-4fc8-88de-bd98b194ec05")
+    (tmp_path / f"{version}.avsc").write_text(json.dumps(SCHEMA))
+    assert read_datum(registry, frame(version, bytes.fromhex("0400"))) == (version, {"id": 2, "name": None})
 
 
 def test_registry_from_picks_by_form(tmp_path):
@@ -307,3 +318,118 @@ def test_redact_and_bad_urls():
     with pytest.raises(ValueError, match=r"\*\*\*@") as info:
         HttpRegistry("ftp://u:pw@h")
     assert "pw" not in str(info.value)
+
+
+# --- AWS Glue --------------------------------------------------------------------------------------
+
+
+@given(st.uuids(), st.binary(max_size=64))
+@settings(max_examples=200)
+def test_glue_frame_unframe_round_trip(version, payload):
+    data = frame(version, payload)
+    assert data[:2] == b"\x03\x00" and data[2:18] == version.bytes  # ticdc-avro.md §3: 18-byte Glue header
+    assert unframe(data) == (version, payload)
+    compressed = b"\x03\x05" + version.bytes + zlib.compress(payload)
+    assert unframe(compressed) == (version, payload)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\x03\x00" + bytes(15), "message of 17 byte(s) starting 0x03 is shorter than the 18-byte AWS Glue header"),
+        (b"\x03\x02" + bytes(16) + b"\x02", "AWS Glue header names compression 2: only 0 (none) and 5 (zlib)"),
+        (b"\x03\x05" + bytes(16) + b"not zlib", "marked zlib-compressed does not decompress"),
+        (b"\x03\x05" + bytes(16) + zlib.compress(b"\x02" * 100)[:-6], "marked zlib-compressed is truncated"),
+    ],
+)
+def test_bad_glue_headers_are_decode_errors(data, reason):
+    with pytest.raises(DecodeError, match=re.escape(reason)):
+        unframe(data)
+
+
+def test_a_glue_datum_that_inflates_beyond_the_limit_is_refused(monkeypatch):
+    monkeypatch.setattr(confluent, "GLUE_MAX_DATUM", 2**20)
+    bomb = b"\x03\x05" + bytes(16) + zlib.compress(bytes(2**20 + 1))
+    with pytest.raises(DecodeError, match="inflates to more than 1 MiB"):
+        unframe(bomb)
+    assert unframe(b"\x03\x05" + bytes(16) + zlib.compress(bytes(2**20)))[1] == bytes(2**20)
+
+
+def test_glue_registry_round_trips_and_reuses_versions(glue_registry):
+    registry = registry_from(glue_registry)
+    assert isinstance(registry, GlueRegistry) and isinstance(registry, SchemaRegistry)
+    data = write_datum(registry, "test_t1-value", SCHEMA, {"id": 1, "name": "aa"})
+    version, payload = unframe(data)
+    assert isinstance(version, uuid.UUID) and data[:2] == b"\x03\x00" and data[2:18] == version.bytes
+    assert payload == bytes.fromhex("0202046161")
+    # a reader that has seen nothing fetches the schema by its version's UUID
+    reader = registry_from(glue_registry)
+    assert read_datum(reader, data) == (version, {"id": 1, "name": "aa"})
+    assert read_datum(reader, b"\x03\x05" + version.bytes + zlib.compress(payload))[1] == {"id": 1, "name": "aa"}
+    assert reader.raw_schema(version)["fields"][0]["type"]["connect.parameters"] == {"tidb_type": "INT"}
+    # an identical schema is the same version, also from another client; a new one is a new version
+    assert registry_from(glue_registry).register("test_t1-value", json.loads(json.dumps(SCHEMA))) == version
+    newer = registry.register("test_t1-value", SCHEMA_2)
+    assert newer != version and reader.schema(newer)["fields"][-1]["name"] == "extra"
+
+
+def test_glue_registry_reads_with_the_region_alone(glue_registry, glue_endpoint):
+    data = write_datum(registry_from(glue_registry), "s-value", SCHEMA, {"id": 7, "name": None})
+    reader = registry_from(f"glue://{glue.REGION}?endpoint={glue_endpoint}")
+    assert read_datum(reader, data)[1] == {"id": 7, "name": None}
+    with pytest.raises(RegistryError, match="registering a schema needs the registry's name"):
+        reader.register("s-value", SCHEMA_2)
+
+
+def test_glue_unknown_version_and_other_framings_are_decode_errors(glue_registry):
+    registry = registry_from(glue_registry)
+    unknown = uuid.UUID(int=7)
+    with pytest.raises(DecodeError, match=f"schema id {unknown} is not in AWS Glue registry 'registry-"):
+        read_datum(registry, frame(unknown, b"\x02"))
+    with pytest.raises(DecodeError, match="schema id 3 comes from a Confluent registry's framing, which AWS Glue"):
+        read_datum(registry, frame(3, b"\x02"))
+    with pytest.raises(DecodeError, match=f"schema id {unknown} comes from an AWS Glue registry's framing, which "
+                                          "memory registry does not hold"):
+        read_datum(MemoryRegistry(), frame(unknown, b"\x02"))
+
+
+def test_glue_schema_of_another_data_format_is_a_decode_error(glue_registry, glue_endpoint):
+    import boto3
+
+    client = boto3.client("glue", region_name=glue.REGION, endpoint_url=glue_endpoint)
+    name = glue_registry.split("/")[3].split("?")[0]
+    created = client.create_schema(RegistryId={"RegistryName": name}, SchemaName="j", DataFormat="JSON",
+                                   Compatibility="NONE", SchemaDefinition='{"type": "object"}')
+    version = uuid.UUID(created["SchemaVersionId"])
+    with pytest.raises(DecodeError, match=f"schema version {version} .* is JSON, not Avro"):
+        read_datum(registry_from(glue_registry), frame(version, b"\x02"))
+
+
+def test_glue_registry_is_picklable_and_its_client_is_not(glue_registry):
+    registry = registry_from(glue_registry)
+    version = registry.register("s", SCHEMA)
+    assert registry._client is not None
+    copy = pickle.loads(pickle.dumps(registry))
+    assert copy._client is None and copy.schema(version) == registry.schema(version)
+    assert copy.register("s", SCHEMA_2) != version
+
+
+def test_glue_unreachable_registry_is_a_registry_error():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    registry = registry_from(f"glue://{glue.REGION}/r?endpoint=http://127.0.0.1:{port}")
+    with pytest.raises(RegistryError, match=f"AWS Glue registry 'r' in {glue.REGION} via http://127.0.0.1:{port} "
+                                            "failed while fetching schema version"):
+        registry.schema(uuid.UUID(int=1))
+
+
+def test_glue_urls():
+    registry = registry_from("glue://eu-central-1/cdc?endpoint=https://glue.vpce.example")
+    assert (registry.region, registry.registry_name, registry.endpoint) == (
+        "eu-central-1", "cdc", "https://glue.vpce.example")
+    assert registry_from("GLUE://ap-east-1").registry_name == ""
+    for bad in ("glue://", "glue://r/n?profile=x", "glue://key:secret@us-west-1/n"):
+        with pytest.raises(ValueError, match=r"glue://REGION\[/REGISTRY\]") as info:
+            registry_from(bad)
+        assert "secret" not in str(info.value)

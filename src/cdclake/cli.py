@@ -283,8 +283,9 @@ def generate(
 def verify(
     files: Annotated[list[Path], typer.Argument(help="Captured-records files.")],
     format_name: FormatName,
-    registry: Annotated[str, typer.Option(help="Schema registry: http(s)://[user:password@]host:port or a "
-                                          "folder of <id>.avsc files.")] = "",
+    registry: Annotated[str, typer.Option(help="Schema registry: http(s)://[user:password@]host:port, "
+                                          "glue://REGION[/REGISTRY] (AWS Glue) or a folder of <id>.avsc "
+                                          "files.")] = "",
     option: OptionPairs = None,
 ) -> None:
     """Recompute each row's checksum and compare it with the one in the message (e.g. TiCDC's row checksum).

@@ -1,17 +1,25 @@
-"""Confluent wire framing and schema registries, shared by every Avro format.
+"""Schema-registry framing and schema registries, shared by every Avro format.
 
-A Confluent-framed message is ``0x00`` (magic byte), a 4-byte big-endian schema ID, then one schemaless
-Avro datum written with that schema. The schema lives in a registry, found by ID:
+A framed message is a header naming its writer schema, then one schemaless Avro datum written with it:
+
+* Confluent's framing: ``0x00`` (magic byte), a 4-byte big-endian schema ID;
+* AWS Glue Schema Registry's: ``0x03`` (header version), a compression byte (0 none, 5 zlib: the datum is
+  then zlib-compressed), the schema version's 16-byte UUID.
+
+A schema ID is therefore an ``int`` (Confluent) or a :class:`uuid.UUID` (Glue). The schema lives in a
+registry, found by ID:
 
 * :class:`HttpRegistry` — a Confluent-compatible REST registry (``http(s)://[user:password@]host[:port]``),
   spoken through confluent-kafka's ``SchemaRegistryClient``; credentials in the URL become basic auth and
   never appear in logs, reprs or error messages.
-* :class:`DirectoryRegistry` — offline: a folder of ``<id>.avsc`` files plus ``subjects.json`` (subject →
-  list of IDs, oldest first). Good for tests, replays and air-gapped debugging.
+* :class:`GlueRegistry` — the AWS Glue Schema Registry (``glue://REGION[/REGISTRY][?endpoint=URL]``),
+  spoken through boto3 with the AWS SDK's own credentials (``pip install 'cdclake[glue]'``).
+* :class:`DirectoryRegistry` — offline: a folder of ``<id>.avsc`` (or ``<uuid>.avsc``) files plus
+  ``subjects.json`` (subject → list of IDs, oldest first). Good for tests, replays and air-gapped debugging.
 * :class:`MemoryRegistry` — in-process, for tests and encoders.
 
 :func:`registry_from` picks one from a URL or a folder path. Every registry caches parsed schemas by ID,
-is picklable (Spark ships it to executors; HTTP clients are created lazily and not pickled), and reports
+is picklable (Spark ships it to executors; network clients are created lazily and not pickled), and reports
 an unknown schema ID as :class:`~cdclake.formats.base.DecodeError` — a failure of that record, not of the
 run. A registry that cannot be reached or refuses our credentials raises :class:`RegistryError`.
 """
@@ -25,9 +33,10 @@ import json
 import os
 import struct
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 import fastavro
 
@@ -36,13 +45,19 @@ from cdclake.formats.base import DecodeError
 
 MAGIC = 0
 HEADER_SIZE = 5
-# AWS Glue Schema Registry's framing, which cdclake recognises only to say so: header version 3, compression
-# (0 none, 5 zlib), the schema version's 16-byte UUID.
 GLUE_HEADER_VERSION = 3
 GLUE_HEADER_SIZE = 18
-GLUE_COMPRESSIONS = (0, 5)
+GLUE_UNCOMPRESSED = 0
+GLUE_ZLIB = 5
+_GLUE_FIRST = bytes((GLUE_HEADER_VERSION,))
+# A compressed datum larger than this is refused rather than inflated: a corrupt or hostile message must not
+# exhaust an executor's memory. Kafka's records are 1 MiB by default.
+GLUE_MAX_DATUM = 256 * 2**20
 _HEADER = struct.Struct(">bi")
+# The Avro readers take a datum at HEADER_SIZE: a Glue-framed datum is copied behind these bytes.
+_READABLE_PREFIX = bytes(HEADER_SIZE)
 
+SchemaId = int | uuid.UUID
 ParsedSchema = dict[str, Any] | list[Any] | str
 
 
@@ -51,30 +66,66 @@ class RegistryError(RuntimeError):
     of one record, so it is not a :class:`DecodeError`."""
 
 
-def frame(schema_id: int, payload: bytes) -> bytes:
-    """``payload`` behind the 5-byte Confluent header naming ``schema_id``."""
+def frame(schema_id: SchemaId, payload: bytes) -> bytes:
+    """``payload`` behind the header naming ``schema_id``: Confluent's 5 bytes for an integer ID, Glue's 18
+    (uncompressed) for a schema version UUID."""
+    if isinstance(schema_id, uuid.UUID):
+        return bytes((GLUE_HEADER_VERSION, GLUE_UNCOMPRESSED)) + schema_id.bytes + payload
     return _HEADER.pack(MAGIC, schema_id) + payload
 
 
-def unframe(data: bytes) -> tuple[int, bytes]:
-    """The schema ID and the Avro payload of a framed message; :class:`DecodeError` when it is not one."""
+def unframe(data: bytes) -> tuple[SchemaId, bytes]:
+    """The schema ID and the Avro payload (decompressed) of a framed message; :class:`DecodeError` when it is
+    not one."""
     schema_id = header_id(data)
-    return schema_id, bytes(data[HEADER_SIZE:])
+    return schema_id, bytes(readable(data)[HEADER_SIZE:])
 
 
-def header_id(data: bytes) -> int:
+def header_id(data: bytes) -> SchemaId:
     """The schema ID of a framed message without copying its payload."""
     if data is None:
-        raise DecodeError("no data: a Confluent-framed Avro message was expected")
+        raise DecodeError("no data: a schema-registry-framed Avro message was expected")
+    if data[:1] == _GLUE_FIRST:
+        return uuid.UUID(bytes=bytes(_glue_header(data)[2:]))
     if len(data) < HEADER_SIZE:
         raise DecodeError(f"message of {len(data)} byte(s) is shorter than the 5-byte Confluent header")
     if data[0] != MAGIC:
-        if data[0] == GLUE_HEADER_VERSION and len(data) >= GLUE_HEADER_SIZE and data[1] in GLUE_COMPRESSIONS:
-            raise DecodeError(f"AWS Glue Schema Registry framing (schema version {uuid.UUID(bytes=bytes(data[2:18]))}):"
-                              " cdclake reads the Confluent framing only; have the producer use a Confluent-compatible"
-                              " schema registry")
-        raise DecodeError(f"first byte is 0x{data[0]:02x}, not the Confluent magic byte 0x00")
+        raise DecodeError(f"first byte is 0x{data[0]:02x}, neither the Confluent magic byte 0x00 nor the AWS Glue "
+                          "header version 0x03")
     return _HEADER.unpack_from(data)[1]
+
+
+def readable(data: bytes) -> bytes:
+    """``data`` as the Avro readers take it, its datum from offset HEADER_SIZE on: a Confluent-framed message
+    as it is; a Glue-framed one's datum, decompressed, behind HEADER_SIZE placeholder bytes."""
+    if data[:1] != _GLUE_FIRST:
+        return data
+    header = _glue_header(data)
+    if header[1] == GLUE_UNCOMPRESSED:
+        return _READABLE_PREFIX + data[GLUE_HEADER_SIZE:]
+    inflater = zlib.decompressobj()
+    try:
+        datum = inflater.decompress(data[GLUE_HEADER_SIZE:], GLUE_MAX_DATUM)
+    except zlib.error as exc:
+        raise DecodeError(f"AWS Glue-framed datum marked zlib-compressed does not decompress: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise DecodeError(f"AWS Glue-framed datum inflates to more than {GLUE_MAX_DATUM >> 20} MiB")
+    if not inflater.eof:
+        raise DecodeError("AWS Glue-framed datum marked zlib-compressed is truncated")
+    return _READABLE_PREFIX + datum
+
+
+def _glue_header(data: bytes) -> bytes:
+    if len(data) < GLUE_HEADER_SIZE:
+        raise DecodeError(f"message of {len(data)} byte(s) starting 0x03 is shorter than the 18-byte AWS Glue header")
+    if data[1] not in (GLUE_UNCOMPRESSED, GLUE_ZLIB):
+        raise DecodeError(f"AWS Glue header names compression {data[1]}: only 0 (none) and 5 (zlib) exist")
+    return data[:GLUE_HEADER_SIZE]
+
+
+def header_bytes(data: bytes) -> bytes:
+    """The header of a framed message, as a cache key: the bytes that name its schema and compression."""
+    return data[:GLUE_HEADER_SIZE] if data[:1] == _GLUE_FIRST else data[:HEADER_SIZE]
 
 
 def parse(schema: dict[str, Any] | list[Any] | str) -> ParsedSchema:
@@ -96,28 +147,31 @@ def canonical_text(schema: dict[str, Any] | list[Any] | str) -> str:
 class SchemaRegistry(Protocol):
     """What the Avro formats need of a registry."""
 
-    def schema(self, schema_id: int) -> ParsedSchema:
+    def schema(self, schema_id: SchemaId) -> ParsedSchema:
         """The parsed writer schema with this ID (cached); :class:`DecodeError` when the ID is unknown."""
         ...
 
-    def raw_schema(self, schema_id: int) -> dict[str, Any]:
+    def raw_schema(self, schema_id: SchemaId) -> dict[str, Any]:
         """The schema with this ID as its JSON object, with every custom attribute (cached)."""
         ...
 
-    def register(self, subject: str, schema: dict[str, Any]) -> int:
+    def register(self, subject: str, schema: dict[str, Any]) -> SchemaId:
         """Register ``schema`` under ``subject``; the ID (the same ID again for an identical schema)."""
         ...
 
 
 class _CachingRegistry:
-    """Caches by ID and by (subject, schema); subclasses fetch and store."""
+    """Caches by ID and by (subject, schema); subclasses fetch and store. ``id_kinds`` are the kinds of
+    schema ID the registry holds: a message framed for another kind of registry is named as such."""
+
+    id_kinds: tuple[type, ...] = (int,)
 
     def __init__(self) -> None:
-        self._raw: dict[int, dict[str, Any]] = {}
-        self._parsed: dict[int, ParsedSchema] = {}
-        self._registered: dict[tuple[str, str], int] = {}
+        self._raw: dict[SchemaId, dict[str, Any]] = {}
+        self._parsed: dict[SchemaId, ParsedSchema] = {}
+        self._registered: dict[tuple[str, str], SchemaId] = {}
 
-    def schema(self, schema_id: int) -> ParsedSchema:
+    def schema(self, schema_id: SchemaId) -> ParsedSchema:
         parsed = self._parsed.get(schema_id)
         if parsed is None:
             raw = self.raw_schema(schema_id)
@@ -130,9 +184,13 @@ class _CachingRegistry:
             self._parsed[schema_id] = parsed
         return parsed
 
-    def raw_schema(self, schema_id: int) -> dict[str, Any]:
+    def raw_schema(self, schema_id: SchemaId) -> dict[str, Any]:
         raw = self._raw.get(schema_id)
         if raw is None:
+            if not isinstance(schema_id, self.id_kinds):
+                framing = "an AWS Glue" if isinstance(schema_id, uuid.UUID) else "a Confluent"
+                raise DecodeError(f"schema id {schema_id} comes from {framing} registry's framing, which "
+                                  f"{self.describe()} does not hold: set the registry option to the producer's")
             text = self._fetch(schema_id)
             if text is None:
                 raise DecodeError(f"schema id {schema_id} is not in {self.describe()}")
@@ -143,7 +201,7 @@ class _CachingRegistry:
             self._raw[schema_id] = raw
         return raw
 
-    def register(self, subject: str, schema: dict[str, Any]) -> int:
+    def register(self, subject: str, schema: dict[str, Any]) -> SchemaId:
         text = canonical_text(schema)
         cached = self._registered.get((subject, text))
         if cached is not None:
@@ -155,15 +213,21 @@ class _CachingRegistry:
     def describe(self) -> str:
         raise NotImplementedError
 
-    def _fetch(self, schema_id: int) -> str | None:
+    def _fetch(self, schema_id: SchemaId) -> str | None:
         """The schema text with this ID, or None when there is none."""
         raise NotImplementedError
 
-    def _store(self, subject: str, text: str) -> int:
+    def _store(self, subject: str, text: str) -> SchemaId:
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if "_client" in state:
+            state["_client"] = None  # network clients are not picklable: each process makes its own
+        return state
 
 
 class MemoryRegistry(_CachingRegistry):
@@ -200,9 +264,11 @@ class MemoryRegistry(_CachingRegistry):
 class DirectoryRegistry(_CachingRegistry):
     """An offline registry: ``<id>.avsc`` files in one folder, and ``subjects.json`` mapping each subject
     to its schema IDs (oldest first). :meth:`register` takes the next free ID under a file lock, so
-    concurrent writers on one machine do not collide."""
+    concurrent writers on one machine do not collide. Schemas of Glue-framed messages are read from
+    ``<uuid>.avsc`` files (the schema version's UUID in its usual text form), put there by hand."""
 
     INDEX = "subjects.json"
+    id_kinds = (int, uuid.UUID)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
@@ -211,8 +277,8 @@ class DirectoryRegistry(_CachingRegistry):
     def describe(self) -> str:
         return f"schema directory {self.path}"
 
-    def _fetch(self, schema_id: int) -> str | None:
-        if schema_id < 0:
+    def _fetch(self, schema_id: SchemaId) -> str | None:
+        if isinstance(schema_id, int) and schema_id < 0:
             return None
         try:
             return (self.path / f"{schema_id}.avsc").read_text(encoding="utf-8")
@@ -275,11 +341,6 @@ class HttpRegistry(_CachingRegistry):
     def describe(self) -> str:
         return f"schema registry {self.url}"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        return state
-
     def _sr(self) -> Any:
         if self._client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -329,6 +390,74 @@ class HttpRegistry(_CachingRegistry):
         return text
 
 
+class GlueRegistry(_CachingRegistry):
+    """The AWS Glue Schema Registry, through boto3 (``pip install 'cdclake[glue]'``), named by
+    ``glue://REGION[/REGISTRY][?endpoint=URL]``. Credentials come from the AWS SDK's own chain (environment,
+    shared config and credentials files, the machine's role), on every Spark executor too: none is in the URL.
+    Reading needs only the region (a schema version's UUID is unique in it); registering schemas (encoders)
+    needs the registry's name, and makes each subject a schema of that name with compatibility NONE, as TiCDC
+    does. ``endpoint`` reaches Glue through a VPC endpoint or a stand-in."""
+
+    id_kinds = (uuid.UUID,)
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"endpoint"}
+        if parts.scheme != "glue" or not parts.hostname or unknown or parts.username or parts.password:
+            raise ValueError(f"an AWS Glue registry is glue://REGION[/REGISTRY][?endpoint=URL], not {redact(url)!r}"
+                             " (credentials come from the AWS SDK's environment, not the URL)")
+        self.region = parts.hostname
+        self.registry_name = parts.path.strip("/")
+        self.endpoint = query.get("endpoint", [None])[-1]
+        self._client: Any = None
+
+    def describe(self) -> str:
+        name = f"registry {self.registry_name!r}" if self.registry_name else "schema registry"
+        where = f" via {self.endpoint}" if self.endpoint else ""
+        return f"AWS Glue {name} in {self.region}{where}"
+
+    def _glue(self) -> Any:
+        if self._client is None:
+            try:
+                import boto3
+            except ImportError:
+                raise RegistryError(f"{self.describe()} needs boto3: pip install 'cdclake[glue]'") from None
+            self._client = boto3.client("glue", region_name=self.region, endpoint_url=self.endpoint)
+        return self._client
+
+    def _fetch(self, schema_id: SchemaId) -> str | None:
+        glue = self._glue()
+        try:
+            version = glue.get_schema_version(SchemaVersionId=str(schema_id))
+        except glue.exceptions.EntityNotFoundException:
+            return None
+        except Exception as exc:
+            raise RegistryError(f"{self.describe()} failed while fetching schema version {schema_id}: "
+                                f"{type(exc).__name__}: {exc}") from None
+        if version.get("DataFormat", "AVRO") != "AVRO":
+            raise DecodeError(f"schema version {schema_id} in {self.describe()} is {version['DataFormat']}, not Avro")
+        return version["SchemaDefinition"]
+
+    def _store(self, subject: str, text: str) -> SchemaId:
+        if not self.registry_name:
+            raise RegistryError(f"registering a schema needs the registry's name: glue://{self.region}/REGISTRY")
+        glue = self._glue()
+        try:
+            try:
+                answer = glue.register_schema_version(
+                    SchemaId={"RegistryName": self.registry_name, "SchemaName": subject}, SchemaDefinition=text)
+            except glue.exceptions.EntityNotFoundException:  # the subject's first schema
+                answer = glue.create_schema(
+                    RegistryId={"RegistryName": self.registry_name}, SchemaName=subject, DataFormat="AVRO",
+                    Compatibility="NONE", SchemaDefinition=text)
+        except Exception as exc:
+            raise RegistryError(f"{self.describe()} failed while registering a schema as {subject!r}: "
+                                f"{type(exc).__name__}: {exc}") from None
+        return uuid.UUID(answer["SchemaVersionId"])
+
+
 def redact(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@``."""
     parts = urlsplit(url)
@@ -338,30 +467,33 @@ def redact(url: str) -> str:
 
 
 def registry_from(url_or_dir: str | os.PathLike[str]) -> SchemaRegistry:
-    """An :class:`HttpRegistry` for an ``http(s)://`` URL, a :class:`MemoryRegistry` for ``memory:``,
-    otherwise a :class:`DirectoryRegistry` on that folder (``file://`` prefix allowed)."""
+    """An :class:`HttpRegistry` for an ``http(s)://`` URL, a :class:`GlueRegistry` for ``glue://``, a
+    :class:`MemoryRegistry` for ``memory:``, otherwise a :class:`DirectoryRegistry` on that folder
+    (``file://`` prefix allowed)."""
     text = os.fspath(url_or_dir)
     lowered = text.lower()
     if lowered.startswith(("http://", "https://")):
         return HttpRegistry(text)
+    if lowered.startswith("glue://"):
+        return GlueRegistry(text)
     if lowered == "memory:":
         return MemoryRegistry()
     if lowered.startswith("file://"):
         text = unquote(urlsplit(text).path)
     if not text:
-        raise ValueError("no schema registry given: pass an http(s):// URL or a folder of <id>.avsc files")
+        raise ValueError("no schema registry given: pass an http(s):// or glue:// URL or a folder of <id>.avsc files")
     return DirectoryRegistry(text)
 
 
-def read_datum(registry: SchemaRegistry, data: bytes) -> tuple[int, Any]:
+def read_datum(registry: SchemaRegistry, data: bytes) -> tuple[SchemaId, Any]:
     """The schema ID and the datum of one framed message, decoded with its writer schema."""
     schema_id = header_id(data)
-    return schema_id, read_payload(registry.schema(schema_id), data, schema_id)
+    return schema_id, read_payload(registry.schema(schema_id), readable(data), schema_id)
 
 
-def read_payload(parsed: ParsedSchema, data: bytes, schema_id: int) -> Any:
-    """Decode the Avro datum after the header of ``data`` with ``parsed``; the whole payload must be used,
-    so a datum written with another schema is caught rather than half-read."""
+def read_payload(parsed: ParsedSchema, data: bytes, schema_id: SchemaId) -> Any:
+    """Decode the Avro datum of ``data`` (as :func:`readable` gives it) with ``parsed``; the whole payload must
+    be used, so a datum written with another schema is caught rather than half-read."""
     stream = io.BytesIO(data)
     stream.seek(HEADER_SIZE)
     try:
@@ -384,10 +516,10 @@ def write_datum(registry: SchemaRegistry, subject: str, schema: dict[str, Any], 
     return write_payload(schema_id, registry.schema(schema_id), datum)
 
 
-def write_payload(schema_id: int, parsed: ParsedSchema, datum: Any) -> bytes:
+def write_payload(schema_id: SchemaId, parsed: ParsedSchema, datum: Any) -> bytes:
     """``datum`` written with an already registered and parsed schema, framed: the encoders' hot path."""
     stream = io.BytesIO()
-    stream.write(_HEADER.pack(MAGIC, schema_id))
+    stream.write(frame(schema_id, b""))
     fastavro.schemaless_writer(stream, parsed, datum)
     return stream.getvalue()
 

@@ -6,12 +6,14 @@ import base64
 import io
 import json
 import pickle
+import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdclake import confluent, formats
@@ -20,6 +22,7 @@ from cdclake.formats.debezium_avro import DebeziumAvro
 from cdclake.records import Record
 from tests.conftest import SPEC
 from tests.formats.test_debezium_json import change_events
+from tests.glue import glue_compressed
 from tests.strategies import columns_of, rows
 
 
@@ -212,6 +215,24 @@ def test_round_trip_every_type(events: list[ChangeEvent]) -> None:
     assert result.events == events and result.skipped == 1
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(change_events(ALL_COLUMNS))
+def test_round_trip_through_aws_glue(glue_registry: str, events: list[ChangeEvent]) -> None:
+    # AWS Glue's Kafka Connect converter frames key and value with the registry's 18-byte header, compressed
+    # with zlib when so configured
+    records = DebeziumAvro(registry=glue_registry).encode(events)
+    assert all(r.key is not None and r.key[:2] == b"\x03\x00" for r in records)
+    decoder = pickle.loads(pickle.dumps(DebeziumAvro(registry=glue_registry)))  # knows no schema yet
+    compressed = [Record(key=glue_compressed(r.key), value=glue_compressed(r.value), headers=r.headers)
+                  for r in records]
+    for sent in (records, compressed):
+        result = decoder.decode(sent)
+        assert not result.failures, result.failures[0].describe()
+        for event in result.events:
+            event.source = None
+        assert result.events == events and result.skipped == 1
+
+
 @settings(max_examples=50, deadline=None)
 @given(change_events(columns_of(("bigint unsigned", "decimal(65,0)", "decimal(38,10)", "datetime(3)", "date",
                                  "bit(1)", "bit(64)", "enum('x','y')", "timestamp(3)"))))
@@ -303,7 +324,7 @@ def failure(fmt: DebeziumAvro, value: bytes | None, key: bytes | None = None) ->
 def test_bad_input(vector_format: tuple[DebeziumAvro, bytes, bytes, dict[str, Any]]) -> None:
     fmt, _, value, value_schema = vector_format
     assert "shorter than the 5-byte Confluent header" in failure(fmt, value[:3])
-    assert "not the Confluent magic byte" in failure(fmt, b"{" + value[1:])
+    assert "neither the Confluent magic byte 0x00 nor the AWS Glue header version" in failure(fmt, b"{" + value[1:])
     assert "schema id 9 is not in" in failure(fmt, confluent.frame(9, value[5:]))
     assert "truncated" in failure(fmt, value[:-12])
     assert "trailing byte" in failure(fmt, value + b"\x00")
@@ -386,3 +407,19 @@ def test_schemas_the_generator_does_not_handle_go_through_fastavro(tmp_path: Pat
     assert fmt._reader(1).fast is None
     assert event.after == {"id": 1, "v": "[0.5,2.0]", "e": "B", "f": "AQI="}
     assert [c.type for c in event.columns or []] == ["int", "json", "text", "blob"]
+
+
+@pytest.mark.parametrize("kind", ["confluent", "glue"])
+def test_an_unreachable_registry_stops_the_run(kind: str) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if kind == "glue":
+        fmt = DebeziumAvro(registry=f"glue://us-west-1?endpoint=http://127.0.0.1:{port}")
+        value = confluent.frame(uuid.UUID(int=1), b"\x02")
+    else:
+        fmt = DebeziumAvro(registry=f"http://127.0.0.1:{port}")
+        fmt.registry().retries = 0
+        value = confluent.frame(1, b"\x02")
+    with pytest.raises(confluent.RegistryError, match=r"failed while fetching|could not be reached"):
+        fmt.decode([Record(value=value)])

@@ -26,6 +26,7 @@ from cdclake.formats.ticdc_avro import CorruptionError, TicdcAvro, _read_referen
 from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
 from cdclake.records import Record, write_records
 from cdclake.types import parse_type
+from tests.glue import glue_compressed
 from tests.strategies import ALL_TYPES, columns_of, rows
 
 # --- ticdc-avro.md §12 -----------------------------------------------------------------------------
@@ -623,11 +624,15 @@ def test_checksum_mode_needs_string_modes_and_extension():
     [
         (b"\x00\x00", INSERT_VALUE, "message of 2 byte(s) is shorter than the 5-byte Confluent header"),
         (INSERT_KEY, b"\x00\x00\x00\x00", "message of 4 byte(s) is shorter than the 5-byte Confluent header"),
-        (b"\x01" + INSERT_KEY[1:], INSERT_VALUE, "first byte is 0x01, not the Confluent magic byte 0x00"),
-        (INSERT_KEY, b"\x04" + INSERT_VALUE[1:], "first byte is 0x04, not the Confluent magic byte 0x00"),
-        # AWS Glue's framing (spec 3), which cdclake does not read: named, with the schema version.
+        (b"\x01" + INSERT_KEY[1:], INSERT_VALUE, "first byte is 0x01, neither the Confluent magic byte 0x00 nor"),
+        (INSERT_KEY, b"\x04" + INSERT_VALUE[1:], "first byte is 0x04, neither the Confluent magic byte 0x00 nor"),
+        # AWS Glue's framing (spec 3) read with a registry of Confluent's kind: named, with the schema version.
         (INSERT_KEY, b"\x03\x00" + bytes(range(16)) + INSERT_VALUE[5:],
-         "AWS Glue Schema Registry framing (schema version 00010203-0405-0607-0809-0a0b0c0d0e0f)"),
+         "schema id 00010203-0405-0607-0809-0a0b0c0d0e0f comes from an AWS Glue registry's framing, which memory "
+         "registry does not hold"),
+        (INSERT_KEY, b"\x03\x00" + bytes(range(15)), "message of 17 byte(s) starting 0x03 is shorter than the "
+         "18-byte AWS Glue header"),
+        (INSERT_KEY, b"\x03\x01" + bytes(range(16)) + INSERT_VALUE[5:], "AWS Glue header names compression 1"),
         (INSERT_KEY, frame(77, b"\x02"), "schema id 77 is not in memory registry (the registry option is not set"),
         (frame(78, b"\x02"), INSERT_VALUE, "schema id 78 is not in memory registry"),
         (INSERT_KEY, INSERT_VALUE[:-3], "Avro datum for schema id 2 is truncated"),
@@ -745,6 +750,28 @@ def test_random_round_trip(mode, events):
         plan = decoder._plans[schema_id]
         assert plan.fast is not None
         assert plan.fast(record.value) == _read_reference(plan, record.value, schema_id)
+
+
+def decoded(events: list[ChangeEvent]) -> list[tuple]:
+    return [(e.op, e.key, e.before, e.after, e.commit_ts, e.checksum and e.checksum.ok, e.columns) for e in events]
+
+
+@given(events=changes())
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])  # fmt: skip
+def test_random_round_trip_through_aws_glue(glue_registry, events):
+    # spec 3: the Glue registry's 18-byte framing, everything else unchanged: the same events as Confluent's
+    mode = {**CHECKSUM_OPTIONS, "timestamp-zone": "-03:30"}
+    confluent = TicdcAvro(**mode)
+    expected = decoded(confluent.decode(confluent.encode(events)).events)
+    records = TicdcAvro(registry=glue_registry, **mode).encode(events)
+    assert all(data[:2] == b"\x03\x00" for r in records for data in (r.key, r.value) if data is not None)
+    decoder = pickle.loads(pickle.dumps(TicdcAvro(registry=glue_registry, **mode)))  # knows no schema yet
+    out = decoder.decode(records)
+    assert not out.failures, out.failures[0].reason
+    assert decoded(out.events) == expected
+    compressed = [Record(key=glue_compressed(r.key), value=glue_compressed(r.value)) for r in records]
+    assert decoded(decoder.decode(compressed).events) == expected
 
 
 def test_round_trip_through_a_schema_directory_and_the_cli(tmp_path):

@@ -1,6 +1,7 @@
 """``debezium-avro``: Debezium change events written by Confluent's AvroConverter.
 
-Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary); writer
+Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary), or framed
+by AWS Glue's converter (``0x03``, compression, the schema version's UUID: :mod:`cdclake.confluent`); writer
 schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
 types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
 into the same :class:`~cdclake.formats.debezium_common.FieldSpec` the JSON converter builds, so both
@@ -261,7 +262,7 @@ class _Reader:
 
     __slots__ = ("after", "before", "fast", "parsed", "schema_id")
 
-    def __init__(self, schema_id: int, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
+    def __init__(self, schema_id: confluent.SchemaId, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
         self.schema_id = schema_id
         stripped = without_logical_types(raw)
         try:
@@ -296,7 +297,10 @@ def _row(shape: RowShape | None, row: Any) -> Row | None:
 class DebeziumAvro(DebeziumFormat):
     name = "debezium-avro"
     options = (*DebeziumFormat.options,
-               Option("registry", "", "Schema registry: an http(s):// URL, a folder of <id>.avsc files, or memory:"))
+               Option("registry", "", "Schema registry: an http(s):// URL, glue://REGION[/REGISTRY] (AWS "
+                      "Glue), a folder of <id>.avsc files, or memory:"))
+    # A registry that is down or refuses us fails every record alike: stop the run instead of dead-lettering all.
+    fatal = (confluent.RegistryError,)
 
     def registry(self) -> confluent.SchemaRegistry:
         """The registry (created on first use; kept across pickling, registries are picklable)."""
@@ -307,7 +311,7 @@ class DebeziumAvro(DebeziumFormat):
             registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
         return registry
 
-    def _reader(self, schema_id: int, *, key: bool = False) -> _Reader:
+    def _reader(self, schema_id: confluent.SchemaId, *, key: bool = False) -> _Reader:
         readers = self.cache("key-readers" if key else "readers")
         reader = readers.get(schema_id)
         if reader is None:
@@ -323,7 +327,7 @@ class DebeziumAvro(DebeziumFormat):
         if value is None:
             return []  # tombstone
         reader = self._reader(confluent.header_id(value))
-        datum = reader.read(value)
+        datum = reader.read(confluent.readable(value))
         if not isinstance(datum, dict):
             raise DecodeError(f"schema id {reader.schema_id} is not a record schema")
         op = datum.get("op")
@@ -362,7 +366,7 @@ class DebeziumAvro(DebeziumFormat):
             reader = self._reader(confluent.header_id(data), key=True)
         except DecodeError as exc:
             raise DecodeError(f"key: {exc}") from None
-        datum = reader.read(data)
+        datum = reader.read(confluent.readable(data))
         if datum is None:
             return None
         if not isinstance(datum, dict):
@@ -388,7 +392,7 @@ class DebeziumAvro(DebeziumFormat):
                                   headers=headers))
         return records
 
-    def _register(self, table: TableSchema) -> tuple[int, Any, int, Any]:
+    def _register(self, table: TableSchema) -> tuple[confluent.SchemaId, Any, confluent.SchemaId, Any]:
         registry = self.registry()
         value_schema = avro_schema(table.envelope, set())
         value_id = registry.register(f"{table.topic}-value", value_schema)

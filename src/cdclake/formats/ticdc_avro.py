@@ -1,5 +1,6 @@
 """TiCDC Avro (``protocol=avro``, spec ``ticdc-avro.md``): one Kafka record per row change, key and value
-each a Confluent-framed Avro datum whose writer schema is in a schema registry.
+each an Avro datum whose writer schema is in a schema registry, framed as Confluent's or as the AWS Glue
+Schema Registry's (spec 3).
 
 Decoding:
 
@@ -65,9 +66,12 @@ from cdclake import values as V
 from cdclake.confluent import (
     MemoryRegistry,
     RegistryError,
+    SchemaId,
     SchemaRegistry,
+    header_bytes,
     header_id,
     read_payload,
+    readable,
     registry_from,
     write_payload,
 )
@@ -464,9 +468,9 @@ def _wire_column(col: Column, key: bool, settings: dict[str, Any]) -> _WireCol:
 
 class _Writer(NamedTuple):
     topic: str
-    key_id: int
+    key_id: SchemaId
     key_parsed: Any
-    value_id: int
+    value_id: SchemaId
     value_parsed: Any
     key_cols: tuple[_WireCol, ...]
     cols: tuple[_WireCol, ...]
@@ -686,11 +690,16 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
 # --- the format ------------------------------------------------------------------------------------
 
 
+# What a record's pair of headers names: the value's plan, the key's, their schema IDs, the columns with
+# the key marked, and the key's column names in order.
+_Pair = tuple[_Plan, _Plan, SchemaId, SchemaId, list[Column], tuple[str, ...]]
+
 class TicdcAvro(Format):
     name = "ticdc-avro"
     options = (
-        Option("registry", "", "Schema registry: http(s)://[user:password@]host:port, or a folder of <id>.avsc "
-               "files; empty = a registry held in this process (tests, encode then decode)"),
+        Option("registry", "", "Schema registry: http(s)://[user:password@]host:port, glue://REGION[/REGISTRY] "
+               "(AWS Glue), or a folder of <id>.avsc files; empty = a registry held in this process (tests, encode "
+               "then decode)"),
         Option("timestamp-zone", "UTC", "Time zone of the TiCDC server (its tz setting): TIMESTAMP values are in it"),
         Option("corruption-handling", "quarantine", "A row whose checksum mismatches or that TiCDC flagged: "
                "quarantine = dead letter, warn = pass with checksum.ok=false, error = stop the run",
@@ -731,9 +740,9 @@ class TicdcAvro(Format):
         self._reset_caches()
 
     def _reset_caches(self) -> None:
-        self._plans: dict[int, _Plan] = {}
-        self._pairs: dict[bytes, tuple[_Plan, _Plan, int, int, list[Column], tuple[str, ...]]] = {}
-        self._columns: dict[tuple[int, int], list[Column]] = {}
+        self._plans: dict[SchemaId, _Plan] = {}
+        self._pairs: dict[bytes, _Pair] = {}
+        self._columns: dict[tuple[SchemaId, SchemaId], list[Column]] = {}
         self._writers: dict[Any, _Writer] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -756,7 +765,7 @@ class TicdcAvro(Format):
 
     # --- decoding ----------------------------------------------------------------------------------
 
-    def _plan(self, schema_id: int) -> _Plan:
+    def _plan(self, schema_id: SchemaId) -> _Plan:
         plan = self._plans.get(schema_id)
         if plan is None:
             registry = self.registry
@@ -773,7 +782,9 @@ class TicdcAvro(Format):
             self._plans[schema_id] = plan
         return plan
 
-    def _key_columns(self, key_id: int, value_id: int, key_plan: _Plan, value_plan: _Plan | None) -> list[Column]:
+    def _key_columns(
+        self, key_id: SchemaId, value_id: SchemaId, key_plan: _Plan, value_plan: _Plan | None
+    ) -> list[Column]:
         columns = self._columns.get((key_id, value_id))
         if columns is None:
             keys = {c.name for c in key_plan.cols}
@@ -803,8 +814,13 @@ class TicdcAvro(Format):
             return self._marker(record)
         if not value or (value[0] == DELETE_MARKER and len(value) == 9):
             return self._delete(record, key_data, value)
-        # Both 5-byte headers together name everything a record needs; only validated headers are cached.
-        pair = self._pairs.get(key_data[:5] + value[:5]) or self._pair(key_data, value)
+        # Both headers together name everything a record needs; only validated headers are cached. Confluent's
+        # 5-byte headers are looked up first: Glue's start 0x03 and are cached whole (18 bytes), so they never match.
+        pair = self._pairs.get(key_data[:5] + value[:5])
+        if pair is None:
+            pair = self._pairs.get(header_bytes(key_data) + header_bytes(value)) or self._pair(key_data, value)
+        if value[0] != 0 or key_data[0] != 0:  # AWS Glue's framing
+            key_data, value = readable(key_data), readable(value)
         plan, key_plan, key_id, value_id, columns, key_names = pair
         fast = plan.fast
         try:
@@ -847,20 +863,20 @@ class TicdcAvro(Format):
         )  # fmt: skip
         return [event], outcome
 
-    def _pair(self, key_data: bytes, value: bytes) -> tuple[_Plan, _Plan, int, int, list[Column], tuple[str, ...]]:
+    def _pair(self, key_data: bytes, value: bytes) -> _Pair:
         key_id = header_id(key_data)
         value_id = header_id(value)
         key_plan = self._plan(key_id)
         plan = self._plan(value_id)
         pair = (plan, key_plan, key_id, value_id, self._key_columns(key_id, value_id, key_plan, plan), key_plan.order)
-        self._pairs[key_data[:5] + value[:5]] = pair
+        self._pairs[header_bytes(key_data) + header_bytes(value)] = pair
         return pair
 
     def _delete(self, record: Record, key_data: bytes, value: bytes | None) -> tuple[list[ChangeEvent], Outcome]:
         """A tombstone, or new TiCDC's 0x03 delete marker carrying the commit ts."""
         key_id = header_id(key_data)
         key_plan = self._plan(key_id)
-        key = self._read(key_plan, key_data, key_id)[0]
+        key = self._read(key_plan, readable(key_data), key_id)[0]
         commit_ts = int.from_bytes(value[1:], "big") if value else None
         event = ChangeEvent(
             kind=ROW, op=DELETE, database=key_plan.database, table=key_plan.table, key=key,
@@ -871,7 +887,7 @@ class TicdcAvro(Format):
         return [event], _TOMBSTONE
 
     @staticmethod
-    def _read(plan: _Plan, data: bytes, schema_id: int) -> _Read:
+    def _read(plan: _Plan, data: bytes, schema_id: SchemaId) -> _Read:
         """One record read with its schema: the generated reader when it can, else the reference path."""
         if plan.fast is not None:
             try:
@@ -1030,7 +1046,7 @@ class TicdcAvro(Format):
         return key, write_payload(writer.value_id, writer.value_parsed, datum), timestamp
 
 
-def _read_reference(plan: _Plan, data: bytes, schema_id: int) -> _Read:
+def _read_reference(plan: _Plan, data: bytes, schema_id: SchemaId) -> _Read:
     """fastavro with the writer schema, then the checksum over the wire values, then the converters."""
     row = read_payload(plan.parsed, data, schema_id)
     tail = {name: row.pop(name) for name in plan.tail} if plan.tail else {}
@@ -1049,7 +1065,9 @@ def _read_reference(plan: _Plan, data: bytes, schema_id: int) -> _Read:
     )  # fmt: skip
 
 
-def _fold_match(plan: _Plan, data: bytes, schema_id: int, expected_text: str | None, row: dict[str, Any]) -> int | None:
+def _fold_match(
+    plan: _Plan, data: bytes, schema_id: SchemaId, expected_text: str | None, row: dict[str, Any]
+) -> int | None:
     """The expected checksum when another reading of a TIMESTAMP in a DST fold or gap matches it (see
     :func:`fold_readings`); ``row`` then takes the instants that matched. Only run on a mismatch: it reads
     the record again for its wire values."""
