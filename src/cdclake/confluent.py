@@ -422,9 +422,12 @@ class GlueRegistry(_CachingRegistry):
         if self._client is None:
             try:
                 import boto3
+                from botocore.config import Config
             except ImportError:
                 raise RegistryError(f"{self.describe()} needs boto3: pip install 'cdclake[glue]'") from None
-            self._client = boto3.client("glue", region_name=self.region, endpoint_url=self.endpoint)
+            # As the HTTP registry's client: a registry that hangs fails the run in about a minute, not in five.
+            config = Config(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
+            self._client = boto3.client("glue", region_name=self.region, endpoint_url=self.endpoint, config=config)
         return self._client
 
     def _fetch(self, schema_id: SchemaId) -> str | None:
