@@ -872,7 +872,7 @@ class DtsAvro(Format):
         elif b == _B_BINARY_GEOMETRY:
             _, pos = _bytes(data, pos)
             raw, pos = _bytes(data, pos)
-            value = base64.b64encode(raw).decode("ascii")
+            value = base64.b64encode(V.geometry_wkb(raw)).decode("ascii")
             if field.family != T.BINARY:
                 types[index] = "geometry"
         elif b == _B_TEXT_GEOMETRY:
