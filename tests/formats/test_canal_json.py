@@ -684,13 +684,20 @@ VALID_INSERT = {"database": "d", "table": "t", "pkNames": ["id"], "isDdl": False
     ({**VALID_INSERT, "data": [{"id": "1", "b": "\u20ac"}]}, "column 'b': value '€' does not fit type blob"),
     ({**VALID_INSERT, "data": [{"b": "x"}]}, "INSERT row 0 lacks primary-key column 'id'"),
     ({**VALID_INSERT, "type": "UPDATE", "old": [{}, {}]}, "UPDATE has 1 data rows but 2 old rows"),
-    ({**VALID_INSERT, "isDdl": True}, "isDdl true but row type INSERT"),
+    ({**VALID_INSERT, "isDdl": True}, "isDdl true, row type INSERT and no sql: neither a DDL nor a row"),
     ({"type": "TIDB_WATERMARK", "_tidb": {}}, "TIDB_WATERMARK message without _tidb.watermarkTs"),
     ({**VALID_INSERT, "_tidb": {"commitTs": "soon"}}, "Expected `int | null`, got `str` - at `$._tidb.commitTs`"),
     ({**VALID_INSERT, "type": "UPDATE", "old": [{"b": 5}]}, "old: Expected `str | null`, got `int`"),
 ])
 def test_bad_input_is_a_failure_that_says_why(message, expected):
     assert expected in reason_of(message)
+
+
+def test_is_ddl_decides_over_a_row_type():
+    # canal-json.md §10 item 2: isDdl true means a DDL; the statement is read, data and old are ignored
+    (event,) = events_of({**VALID_INSERT, "isDdl": True, "sql": "ALTER TABLE t ADD c int"})
+    assert (event.kind, event.ddl, event.database, event.table) == ("ddl", "ALTER TABLE t ADD c int", "d", "t")
+    assert (event.before, event.after) == (None, None)
 
 
 def test_numbers_for_numeric_columns_are_tolerated():

@@ -559,13 +559,16 @@ class CanalJson(Format):
         except msgspec.DecodeError as exc:
             raise DecodeError(f"invalid JSON: {exc}") from None
         kind = msg.type
+        # isDdl decides (canal-json.md §10 item 2; TiCDC's rule too): a DDL whatever its type says, its data and
+        # old ignored. A row type with no statement is neither a DDL nor a change that can be trusted.
+        if msg.isDdl:
+            if kind in _ROW_OPS and not (msg.sql or "").strip():
+                raise DecodeError(f"message has isDdl true, row type {kind} and no sql: neither a DDL nor a row")
+            return [self._ddl(msg, record.offset, source)]
         op = _ROW_OPS.get(kind)
         if op is not None:
-            if msg.isDdl:
-                raise DecodeError(f"message has isDdl true but row type {kind}")
             return self._rows(msg, op, record.offset, source)
-        # isDdl decides (spec checklist 2; TiCDC's rule too): a DDL of a type this list lacks is still a DDL.
-        if kind in _DDL_TYPES or msg.isDdl:
+        if kind in _DDL_TYPES:
             return [self._ddl(msg, record.offset, source)]
         if kind == _WATERMARK:
             if msg.tidb is None or msg.tidb.watermarkTs is None:
