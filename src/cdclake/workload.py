@@ -783,6 +783,11 @@ class Database:
     def key_names(self) -> dict[tuple[str, str], list[str]]:
         return {ident: list(table.key_names) for ident, table in self.tables.items()}
 
+    def column_types(self) -> dict[str, dict[str, str]]:
+        """Each table's columns and their types now, as ``{"database.table": {"column": "type"}}``."""
+        return {f"{table.database}.{table.name}": {c.name: c.type for c in table.columns}
+                for table in self.tables.values()}
+
 
 def _deliverers(profile: Profile, columns: Sequence[Column]) -> dict[str, Callable[[Any], Any]]:
     """Per column, how the format's delivered value differs from the canonical one (none: identical)."""
@@ -1173,7 +1178,7 @@ def generate(format_name: str, *, events: int = 10_000, tables: int = 3, seed: i
         "format": format_name, "options": dict(options or {}), "seed": seed, "tables": tables,
         "partitions": partitions, "replays": replays, "events": len(changes), "event_counts": counts,
         "records": len(records), "expected_rows": sum(len(rows) for rows in expected.values()),
-        "profile": profile.to_dict(),
+        "profile": profile.to_dict(), "column_types": db.column_types(),
     }
     return Generated(records, expected, db.key_names(), manifest)
 

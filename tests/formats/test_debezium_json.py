@@ -6,6 +6,7 @@ import base64
 import json
 import math
 import pickle
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -601,6 +602,65 @@ def test_round_trip_without_schemas(events: list[ChangeEvent]) -> None:
         (e.op, e.key, e.before, e.after, e.commit_ts, e.position) for e in events]
     assert all(c.type == "unknown" for e in result for c in e.columns or [])
     assert [c.key for c in result[0].columns or []] == [c.name == "id" for c in result[0].columns or []]
+
+
+def stated(columns: list[Column]) -> str:
+    return json.dumps({"db.t": {c.name: c.type for c in columns}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(change_events(ALL_COLUMNS), st.sampled_from([
+    {},
+    {"decimal-handling-mode": "string", "bigint-unsigned-handling-mode": "precise"},
+    {"decimal-handling-mode": "double", "binary-handling-mode": "hex"},
+]))
+def test_round_trip_without_schemas_with_the_column_types_stated(events: list[ChangeEvent], modes: dict) -> None:
+    # spec §2.1, §12 item 3: without schemas, configured column types drive the conversions. Every type then
+    # decodes as it does with the connector's schema; only NOT NULL is not stated, so every column may be null.
+    records = DebeziumJson(**{**modes, "schemas-enable": "false"}).encode(events)
+    assert all(not (r.value or b"").startswith(b'{"schema"') for r in records)
+    with_schemas = DebeziumJson(**modes)
+    expected = with_schemas.decode(with_schemas.encode(events))
+    result = DebeziumJson(**{**modes, "column-types": stated(ALL_COLUMNS)}).decode(records)
+    assert not result.failures, result.failures[0].describe()
+    for event in expected.events:
+        event.columns = [msgspec.structs.replace(c, nullable=True) for c in event.columns or []]
+    for event in (*result.events, *expected.events):
+        event.source = None
+    assert result.events == expected.events and result.skipped == expected.skipped
+
+
+def test_stated_column_types_from_a_file_and_what_they_must_hold(tmp_path: Path) -> None:
+    columns = [Column("id", "int", True, False), Column("day", "date")]
+    event = ChangeEvent(kind="row", op="c", database="db", table="t", columns=columns, key={"id": 1},
+                        after={"id": 1, "day": "2024-01-02"}, commit_ts=1, ts_ms=1)
+    records = DebeziumJson(**{"schemas-enable": "false"}).encode([event])
+    (tmp_path / "types.json").write_text(stated(columns))
+    (got,) = DebeziumJson(**{"column-types": str(tmp_path / "types.json")}).decode(records).events
+    assert (got.after, [(c.name, c.type, c.key) for c in got.columns]) == (
+        {"id": 1, "day": "2024-01-02"}, [("id", "int", True), ("day", "date", False)])
+    # a table the option does not name is read as JSON gives it
+    (other,) = DebeziumJson(**{"column-types": '{"db.other": {"id": "int"}}'}).decode(records).events
+    assert other.after == {"id": 1, "day": 19724} and other.columns[1].type == "unknown"
+    # a column of a stated table that has no type is a dead letter that says so, not a guess
+    result = DebeziumJson(**{"column-types": '{"db.t": {"id": "int"}}'}).decode(records)
+    assert result.failures[0].reason == "column(s) day of db.t have no type in column-types"
+    # a payload that does not fit the stated types is a dead letter too
+    result = DebeziumJson(**{"column-types": '{"db.t": {"id": "int", "day": "varchar(10)"}}'}).decode(records)
+    assert "payload does not fit the column-types" in result.failures[0].reason
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ("{not json", "column-types is not JSON"),
+    ('{"db.t": ["int"]}', 'column-types must be {"database.table"'),
+    ('{"db.t": {}}', 'column-types must be {"database.table"'),
+    ('{"db.t": {"c": "no such type"}}', "column-types: db.t.c: unknown type 'no such type'"),
+    ('{"db.t": {"c": "decimal"}}', "scale"),
+    ("/no/such/file.json", "column-types: cannot read '/no/such/file.json'"),
+])
+def test_bad_column_types_fail_when_the_format_is_made(value: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        DebeziumJson(**{"column-types": value})
 
 
 @settings(max_examples=60, deadline=None)

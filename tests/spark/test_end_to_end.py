@@ -4,6 +4,8 @@ the pipeline on Spark → Delta tables equal to the simulation's own final state
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cdclake import formats, pipeline, workload
@@ -51,5 +53,22 @@ def test_workload_reaches_the_expected_state(spark, tmp_path, request, name, opt
     summary = pipeline.run(config, spark=spark)
     assert summary.total("dead_letters") == 0
     assert summary.total("records") == generated.manifest["records"]
+    problems = differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
+    assert not problems, "\n".join(problems)
+
+
+def test_schemaless_debezium_json_with_its_column_types_stated_reaches_the_expected_state(spark, tmp_path):
+    # Without schemas, the column-types option gives back what the schema would say: every column type of the
+    # simulator, not only those whose JSON values are already canonical, arrives value for value.
+    generated = workload.generate("debezium-json", events=3000, tables=3, seed=12, options={"schemas-enable": "false"},
+                                  types=workload.DEFAULT_PROFILE.types)
+    assert len({t for columns in generated.manifest["column_types"].values() for t in columns.values()}) > 20
+    workload.write_generated(tmp_path / "data", generated)
+    (tmp_path / "types.json").write_text(json.dumps(generated.manifest["column_types"]))
+    config = PipelineConfig(lake=str(tmp_path / "lake"), name="e2e", sources=[
+        SourceConfig(format="debezium-json", input=str(tmp_path / "data" / "records"),
+                     options={"column-types": str(tmp_path / "types.json")}, max_records_per_batch=1500)])
+    summary = pipeline.run(config, spark=spark)
+    assert summary.total("dead_letters") == 0
     problems = differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)

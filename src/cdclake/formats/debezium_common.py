@@ -155,16 +155,19 @@ _BLOCKING_SNAPSHOT: Final = frozenset(("true", "first", "first_in_data_collectio
 
 OPTIONS: Final = (
     Option("decimal-handling-mode", "precise",
-           "How the producer writes DECIMAL (decoding reads every mode; encoding writes this one)",
+           "How the producer writes DECIMAL (decoding with a schema reads every mode; encoding and "
+           "debezium-json's column-types use this one)",
            ("precise", "double", "string")),
     Option("bigint-unsigned-handling-mode", "long",
-           "BIGINT UNSIGNED as wrapped int64 or as Decimal (decoding reads both; encoding writes this one)",
+           "BIGINT UNSIGNED as wrapped int64 or as Decimal (decoding with a schema reads both; encoding and "
+           "debezium-json's column-types use this one)",
            ("long", "precise")),
     Option("binary-handling-mode", "bytes",
            "How the producer writes BINARY/BLOB: bytes, or a string in base64, base64-url-safe or hex",
            ("bytes", "base64", "base64-url-safe", "hex")),
     Option("time-precision-mode", "adaptive_time_microseconds",
-           "Temporal types the encoder writes (decoding reads every mode)",
+           "Temporal types the producer writes (decoding with a schema reads every mode; encoding and "
+           "debezium-json's column-types use this one)",
            ("adaptive_time_microseconds", "connect", "structured")),
     Option("tombstones-on-delete", True, "Encoder: write a tombstone (null value) after each delete"),
     Option("propagate-source-type", True,

@@ -4,7 +4,10 @@ Each of the Kafka key and value is either ``{"schema": …, "payload": …}`` (`
 bare payload; the form is detected per message. With a schema, decoding is driven by it: the schema is
 compiled once (cached by its bytes) into a typed msgspec decoder for the payload and a converter per column,
 so a message costs one pass over its payload plus the columns that need converting. Without a schema,
-values are taken as JSON gives them and column types are ``unknown``.
+the semantic types are not in the message (spec §2.1): the ``column-types`` option states the tables'
+column types, from which cdclake writes the Connect schema the connector would have sent (under the
+handling modes of the other options) and decodes the payload with it, exactly as above. A table that option
+does not name is read as JSON gives it, its column types ``unknown``.
 
 The Kafka key gives the event's ``key`` (converted with the value schema's column converters, which know
 the source types). Tombstones (null value), transaction-metadata and heartbeat values, and op ``m`` carry
@@ -14,13 +17,16 @@ semantic types are in :mod:`cdclake.formats.debezium_common`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from cdclake.events import ChangeEvent, Row
+from cdclake import types as T
+from cdclake.events import ChangeEvent, Column, Row
 from cdclake.formats.base import DecodeError, Option
 from cdclake.formats.debezium_common import (
     DECIMAL,
@@ -29,8 +35,10 @@ from cdclake.formats.debezium_common import (
     FieldSpec,
     RowShape,
     Source,
+    TableSchema,
     Wire,
     connect_spec,
+    database_of,
     envelope_events,
     envelope_rows,
     key_names_of,
@@ -38,6 +46,7 @@ from cdclake.formats.debezium_common import (
     schemaless_columns,
 )
 from cdclake.records import Record
+from cdclake.types import parse_type
 
 _ABSENT: Final = msgspec.Raw()
 
@@ -118,10 +127,46 @@ def _row(shape: RowShape | None, row: Any) -> Row | None:
     return shape.convert(list(msgspec.structs.astuple(row)))
 
 
+def _column_types(text: str) -> dict[str, dict[str, str]]:
+    """The ``column-types`` option: ``{"database.table": {"column": "type", …}}``, inline or in a file."""
+    source = text.strip()
+    if not source:
+        return {}
+    if not source.startswith("{"):
+        try:
+            source = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"debezium-json: column-types: cannot read {text!r}: {exc}") from None
+    try:
+        tables = json.loads(source)
+    except ValueError as exc:
+        raise ValueError(f"debezium-json: column-types is not JSON: {exc}") from None
+    if not isinstance(tables, dict) or not all(
+        isinstance(columns, dict) and columns and all(isinstance(t, str) for t in columns.values())
+        for columns in tables.values()
+    ):
+        raise ValueError('debezium-json: column-types must be {"database.table": {"column": "type", …}, …}')
+    for table, columns in tables.items():
+        for name, type_text in columns.items():
+            if parse_type(type_text).family == T.UNKNOWN:
+                raise ValueError(f"debezium-json: column-types: {table}.{name}: unknown type {type_text!r}")
+    return tables
+
+
 class DebeziumJson(DebeziumFormat):
     name = "debezium-json"
     options = (*DebeziumFormat.options,
-               Option("schemas-enable", True, "Encoder: write {schema, payload} (JsonConverter schemas.enable)"))
+               Option("schemas-enable", True, "Encoder: write {schema, payload} (JsonConverter schemas.enable)"),
+               Option("column-types", "", 'Without schemas (schemas.enable=false): the tables\' column types, '
+                      '{"database.table": {"column": "mysql type", …}}, inline or the path of a file holding it; '
+                      "their values are read as the handling modes above say the connector wrote them"))
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.column_types = _column_types(self.settings["column-types"])
+        for table, columns in self.column_types.items():  # a type the connector cannot write fails here
+            database, _, name = table.rpartition(".")
+            self._stated_table(database, name, tuple(columns))
 
     def _wire(self) -> Wire:
         return Wire(base64_bytes=True, binary_mode=self.settings["binary-handling-mode"])
@@ -159,6 +204,12 @@ class DebeziumJson(DebeziumFormat):
                 return []
             raise DecodeError(f"value is not a Debezium JSON message: {exc}") from None
         if not len(message.payload) and not len(message.schema):
+            stated = self._stated(message)
+            if stated is not None:
+                try:
+                    return self._row_events(record, stated, stated.decoder.decode(value))
+                except msgspec.DecodeError as exc:
+                    raise DecodeError(f"payload does not fit the column-types: {exc}") from None
             return self._row_events(record, None, message)
         payload, schema = message.payload, message.schema
         if not len(payload) or bytes(payload).strip() == b"null":
@@ -170,6 +221,33 @@ class DebeziumJson(DebeziumFormat):
         except msgspec.DecodeError as exc:
             raise DecodeError(f"payload: {exc}") from None
         return self._row_events(record, table if decoder is not _message_decoder else None, envelope)
+
+    def _stated(self, message: _Message) -> _Table | None:
+        """The compiled schema of a schemaless change whose table the ``column-types`` option names."""
+        if not self.column_types or message.op is None or message.source is None:
+            return None
+        database, table = database_of(message.source), message.source.table
+        columns = self.column_types.get(f"{database}.{table}")
+        if columns is None:
+            return None
+        image = message.after if message.after is not None else message.before
+        names = tuple(image or columns)
+        unstated = [name for name in names if name not in columns]
+        if unstated:
+            raise DecodeError(f"column(s) {', '.join(unstated)} of {database}.{table} have no type in column-types")
+        return self._stated_table(database or "", table or "", names)
+
+    def _stated_table(self, database: str, table: str, names: tuple[str, ...]) -> _Table:
+        """The table as the connector would have described it: these columns, of their stated types, written
+        under this format's handling modes (their exact source types among the schema's parameters)."""
+        tables = self.cache("stated-tables")
+        compiled = tables.get((database, table, names))
+        if compiled is None:
+            types = self.column_types[f"{database}.{table}"]
+            schema = TableSchema(database, table, [Column(name, types[name], False, True) for name in names],
+                                 {**self.settings, "propagate-source-type": True}, str)
+            compiled = tables[(database, table, names)] = _Table(_schema_bytes(schema.envelope) or b"", self._wire())
+        return compiled
 
     def _row_events(self, record: Record, table: _Table | None, envelope: Any) -> list[ChangeEvent]:
         """Events of a decoded envelope: typed rows of ``table``'s schema, or schemaless dicts."""
