@@ -19,7 +19,7 @@ import math
 import struct
 from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo
 
 from cdclake import types as T
@@ -49,6 +49,18 @@ def unb64(text: str) -> bytes:
         raise BadValue(f"invalid base64 {text[:40]!r}") from exc
 
 
+
+
+_FLOAT32: Final = struct.Struct("<f")
+
+
+def float32(value: float) -> float:
+    """The float32 nearest ``value``: a FLOAT's canonical value, whatever text or double carried it (producers
+    write a float32 as its shortest decimal text, whose nearest double is not the float32)."""
+    try:
+        return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+    except OverflowError:
+        raise BadValue(f"value {value!r} is out of FLOAT range") from None
 
 def geometry_wkb(raw: bytes) -> bytes:
     """The WKB of a spatial value. MySQL's own form (its binlog's) is a 4-byte little-endian SRID, then WKB:

@@ -526,12 +526,8 @@ def _utc_time(text: str) -> str:
     return V.time_text_from_micros(seconds * 1_000_000) + dot + frac
 
 
-_F32: Final = struct.Struct("<f")
-
-
 def _float32(value: float | str) -> float:
-    # JsonConverter writes FLOAT32 as Java's shortest float text, whose nearest double is not the float32.
-    return _F32.unpack(_F32.pack(_double(value)))[0]
+    return V.float32(_double(value))
 
 
 def _double(value: float | str) -> float:

@@ -272,12 +272,8 @@ def _check_text(v: Any) -> str:
 
 
 def _to_float32(v: Any) -> float:
-    # TiCDC writes the shortest decimal of the float32; reading it as a double needs rounding back.
     if type(v) is float or type(v) is int:
-        try:
-            return _F32.unpack(_F32.pack(v))[0]
-        except OverflowError:
-            raise ValueError(f"value {v!r} is out of FLOAT range") from None
+        return V.float32(v)
     raise _Mismatch
 
 
