@@ -26,7 +26,8 @@ Order: ``commit_ts`` = ``ts_ms`` = ``meta.time`` in epoch ms (second resolution)
 ``pad_position(scn, trans, seq)``: commit SCN order, then the transaction id (two transactions can commit at
 one SCN), then the operation's place in it, so that a re-delivered copy has the same position. Without
 ``seq`` the Kafka offset stands in for it; without ``scn`` the position is ``pad_position(0, "", offset)``
-(Kafka order, as nothing else orders transactions of the same second).
+(Kafka order, as nothing else orders transactions of the same second). A non-Oracle source may send an ``scn``
+of its own kind (spec §2): one that is not a number orders as none.
 """
 
 from __future__ import annotations
@@ -130,6 +131,10 @@ def _number(value: int | str | None, member: str) -> int | None:
     return int(value)
 
 
+def _scn(value: int | str | None) -> int | None:
+    return int(value) if isinstance(value, str) and value.isdigit() else value if isinstance(value, int) else None
+
+
 @lru_cache(maxsize=4096)
 def _millis(text: str) -> int:
     """``yyyy-MM-ddTHH:mm:ss[.f][Z|±hh:mm]``; without a zone the time is UTC. Cached: the operations of
@@ -167,7 +172,7 @@ def _read(value: bytes) -> _Operation:
         seq = int(first)
     return _Operation(op=op, database=database, table=table,
                       commit_ts=None if meta.time is None else _millis(meta.time),
-                      scn=_number(meta.scn, "scn"), trans=meta.trans, seq=seq, data=msg.data, key=msg.key,
+                      scn=_scn(meta.scn), trans=meta.trans, seq=seq, data=msg.data, key=msg.key,
                       value=value)
 
 
