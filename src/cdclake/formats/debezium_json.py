@@ -165,8 +165,10 @@ class DebeziumJson(DebeziumFormat):
         super().__init__(**options)
         self.column_types = _column_types(self.settings["column-types"])
         for table, columns in self.column_types.items():  # a type the connector cannot write fails here
-            database, _, name = table.rpartition(".")
-            self._stated_table(database, name, tuple(columns))
+            try:
+                self._stated_table(table, tuple(columns))
+            except ValueError as exc:
+                raise ValueError(f"debezium-json: column-types: {table}: {exc}") from None
 
     def _wire(self) -> Wire:
         return Wire(base64_bytes=True, binary_mode=self.settings["binary-handling-mode"])
@@ -226,27 +228,28 @@ class DebeziumJson(DebeziumFormat):
         """The compiled schema of a schemaless change whose table the ``column-types`` option names."""
         if not self.column_types or message.op is None or message.source is None:
             return None
-        database, table = database_of(message.source), message.source.table
-        columns = self.column_types.get(f"{database}.{table}")
+        table = f"{database_of(message.source)}.{message.source.table}"
+        columns = self.column_types.get(table)
         if columns is None:
             return None
         image = message.after if message.after is not None else message.before
         names = tuple(image or columns)
         unstated = [name for name in names if name not in columns]
         if unstated:
-            raise DecodeError(f"column(s) {', '.join(unstated)} of {database}.{table} have no type in column-types")
-        return self._stated_table(database or "", table or "", names)
+            raise DecodeError(f"column(s) {', '.join(unstated)} of {table} have no type in column-types")
+        return self._stated_table(table, names)
 
-    def _stated_table(self, database: str, table: str, names: tuple[str, ...]) -> _Table:
+    def _stated_table(self, table: str, names: tuple[str, ...]) -> _Table:
         """The table as the connector would have described it: these columns, of their stated types, written
         under this format's handling modes (their exact source types among the schema's parameters)."""
         tables = self.cache("stated-tables")
-        compiled = tables.get((database, table, names))
+        compiled = tables.get((table, names))
         if compiled is None:
-            types = self.column_types[f"{database}.{table}"]
-            schema = TableSchema(database, table, [Column(name, types[name], False, True) for name in names],
+            types = self.column_types[table]
+            database, _, name = table.rpartition(".")
+            schema = TableSchema(database, name, [Column(column, types[column], False, True) for column in names],
                                  {**self.settings, "propagate-source-type": True}, str)
-            compiled = tables[(database, table, names)] = _Table(_schema_bytes(schema.envelope) or b"", self._wire())
+            compiled = tables[(table, names)] = _Table(_schema_bytes(schema.envelope) or b"", self._wire())
         return compiled
 
     def _row_events(self, record: Record, table: _Table | None, envelope: Any) -> list[ChangeEvent]:
