@@ -693,3 +693,31 @@ def test_binary_geometry_with_an_srid_reads_as_debeziums_wkb():
         assert one(avro(record)).after["geo"] == V.b64(wkb)
     # bytes that are neither stay as they were sent
     assert V.geometry_wkb(b"\xe6\x10\x00\x00\x01\x01") == b"\xe6\x10\x00\x00\x01\x01"
+
+
+# ------------------------------------------------------------------------------------------- sharded sources
+
+
+def test_rows_of_a_sharded_source_land_in_their_logical_table():
+    # dts-avro.md §2.3: l_db_name / l_tb_name name the logical table of a DRDS/PolarDB-X physical shard
+    def shard(db: str, table: str, **tags: str) -> bytes:
+        record = mysql_record(objectName=f"{db}.{table}")
+        record["tags"] = {**record["tags"], "thread_id": "7", **tags}
+        return avro(record)
+
+    values = [shard("shop_0001", "orders_03", l_db_name="shop", l_tb_name="orders"),
+              shard("shop_0002", "orders_11", l_tb_name="orders", l_db_name="shop"),
+              shard("shop_0002", "items_11", l_tb_name="items"),
+              shard("plain", "t")]
+    out = decode(*values)
+    assert not out.failures, out.failures[0].reason
+    assert [(e.database, e.table) for e in out.events] == [("shop", "orders"), ("shop", "orders"),
+                                                           ("shop_0002", "items"), ("plain", "t")]
+    physical = decode(*values, shards="physical")
+    assert [(e.database, e.table) for e in physical.events] == [("shop_0001", "orders_03"), ("shop_0002", "orders_11"),
+                                                                ("shop_0002", "items_11"), ("plain", "t")]
+    # a shard's DDL stays on the shard: truncating one must not empty the logical table
+    ddl = datum(operation="DDL", objectName="shop_0001", afterImages="TRUNCATE TABLE orders_03",
+                tags={"l_db_name": "shop", "l_tb_name": "orders"})
+    event = one(avro(ddl))
+    assert (event.kind, event.database, event.table) == ("truncate", "shop_0001", "orders_03")

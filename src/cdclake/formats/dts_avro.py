@@ -287,21 +287,28 @@ class _Layout:
         return columns
 
 
+# Tag keys as Avro writes them (length 9, zig-zag 0x12): a sharded source's logical database and table.
+_L_DB_NAME: Final = b"\x12l_db_name"
+_L_TB_NAME: Final = b"\x12l_tb_name"
+
+
 class _Tail:
     """What a record holds between objectName and its images (processTimestamps, tags, fields), read once:
     the records of one table repeat these bytes. Key columns, names and columns are filled in on first
     use by a row (only rows need them, and working them out can fail)."""
 
-    __slots__ = ("columns", "keys", "layout", "object_name", "pk_uk_info", "rest", "source_type", "where", "whole")
+    __slots__ = ("columns", "keys", "layout", "logical", "object_name", "pk_uk_info", "rest", "source_type", "where",
+                 "whole")
 
     def __init__(self, rest: bytes, source_type: int, object_name: str | None, pk_uk_info: bytes | None,
-                 layout: _Layout | None) -> None:
+                 layout: _Layout | None, logical: tuple[bytes | None, bytes | None] = (None, None)) -> None:
         self.rest = rest
         self.whole = rest  # with the objectName before it, as the last record of the table wrote it
         self.source_type = source_type
         self.object_name = object_name
         self.pk_uk_info = pk_uk_info
         self.layout = layout
+        self.logical = logical  # the tags l_db_name and l_tb_name of a sharded source's physical table
         self.keys: tuple[str, ...] | None = None
         self.where: tuple[str | None, str | None] | None = None
         self.columns: list[Column] | None = None
@@ -497,6 +504,9 @@ class DtsAvro(Format):
     options = (
         Option("schema-revision", "r2", "Encoder: write the newer schema with bornTimestamp (r2) or the "
                "older one without it (r1); the decoder reads both", ("r2", "r1")),
+        Option("shards", "logical", "Rows of a sharded source (DRDS/PolarDB-X: tags l_db_name, l_tb_name) land "
+               "in their logical table, as DTS's own targets do, or in each physical shard's table",
+               ("logical", "physical")),
     )
 
     def __init__(self, **options: Any) -> None:
@@ -682,12 +692,13 @@ class DtsAvro(Format):
                 n, pos = _block_count(data, pos)
         elif branch != 0:
             raise DecodeError(f"processTimestamps: union branch {_varint(data, pos - 1)[0]} of [null, array]")
-        pk_uk_info = None
-        c = data[pos]  # tags: only pk_uk_info matters here
+        pk_uk_info = logical_db = logical_table = None
+        c = data[pos]  # tags: pk_uk_info, and a sharded source's logical names, matter here
         n, pos = ((c >> 1), pos + 1) if c < 0x80 and not c & 1 else _block_count(data, pos)
         while n:
             for _ in range(n):
                 is_key = data.startswith(b"\x14pk_uk_info", pos)
+                logical = data[pos:pos + 10] if data.startswith(b"\x12l_", pos) else None
                 c = data[pos]
                 if c < 0x80 and not c & 1:
                     pos += 1 + (c >> 1)
@@ -695,6 +706,12 @@ class DtsAvro(Format):
                     _, pos = _bytes(data, pos)
                 if is_key:
                     pk_uk_info, pos = _bytes(data, pos)
+                    continue
+                if logical == _L_DB_NAME:
+                    logical_db, pos = _bytes(data, pos)
+                    continue
+                if logical == _L_TB_NAME:
+                    logical_table, pos = _bytes(data, pos)
                     continue
                 c = data[pos]
                 if c < 0x80 and not c & 1:
@@ -707,7 +724,7 @@ class DtsAvro(Format):
             raise _Truncated
         object_name = None if name is None else name.decode("utf-8")
         layout, pos = self._fields(data, pos, object_name, source_type)
-        tail = _Tail(data[start:pos], source_type, object_name, pk_uk_info, layout)
+        tail = _Tail(data[start:pos], source_type, object_name, pk_uk_info, layout, (logical_db, logical_table))
         if len(self._tails) >= 4096:  # names come from the data: keep the cache bounded
             self._tails.clear()
         self._tails[(source_type, name)] = tail
@@ -949,7 +966,7 @@ class DtsAvro(Format):
             key = {name: image[name] for name in keys if name in image} if keys else None
         where = tail.where
         if where is None:
-            where = tail.where = _object_name(tail.object_name)
+            where = tail.where = self._where(tail)
         # Most records leave the fields' types as they are; their column list is the tail's.
         if types == layout.types:
             columns = tail.columns
@@ -961,6 +978,15 @@ class DtsAvro(Format):
         return ChangeEvent(kind=ROW, op=op, database=where[0], table=where[1], key=key or None, before=before,
                            after=after, columns=columns, commit_ts=commit_ms,
                            position=_position(source_position, record_id), ts_ms=commit_ms)
+
+    def _where(self, tail: _Tail) -> tuple[str | None, str | None]:
+        """The database and table a row lands in: a sharded source's logical table unless ``shards`` says
+        physical. DDL keeps its physical table: truncating one shard must not empty the logical table."""
+        database, table = _object_name(tail.object_name)
+        logical_db, logical_table = tail.logical
+        if self.settings["shards"] == "logical" and logical_table:
+            return (logical_db.decode("utf-8") if logical_db else database), logical_table.decode("utf-8")
+        return database, table
 
     def _ddl(self, header: _Header, after: dict[str, Any] | str | None) -> ChangeEvent:
         if not isinstance(after, str):
