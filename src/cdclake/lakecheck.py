@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import struct
 from decimal import Decimal
 from typing import Any
 
@@ -26,7 +25,7 @@ def as_lake_value(value: Any, arrow_type: Any) -> Any:
     if pa.types.is_decimal(arrow_type):
         return Decimal(str(value))
     if pa.types.is_float32(arrow_type):
-        return struct.unpack("f", struct.pack("f", float(value)))[0]
+        return V.float32(float(value))
     if pa.types.is_float64(arrow_type):
         return float(value)
     if pa.types.is_boolean(arrow_type):
@@ -70,7 +69,13 @@ def differences(lake: str, expected: dict, key_names: dict, limit: int = 10) -> 
         keys = key_names.get((database, table)) or []
         got = {tuple(repr(r[k]) for k in keys): r for r in data.to_pylist()}
         for row in rows.values():
-            want = {name: as_lake_value(value, types[name]) if name in types else value for name, value in row.items()}
+            try:
+                want = {name: as_lake_value(value, types[name]) if name in types else value
+                        for name, value in row.items()}
+            except (ValueError, TypeError, ArithmeticError) as exc:  # a lake column of the wrong type, say
+                problems.append(f"{database}.{table}: expected row {row} does not fit the lake's columns: {exc}")
+                got.clear()  # the rest of this table cannot be compared
+                break
             key = tuple(repr(want[k]) for k in keys)
             have = got.pop(key, None)
             if have is None:
