@@ -650,6 +650,25 @@ def test_stated_column_types_from_a_file_and_what_they_must_hold(tmp_path: Path)
     assert "payload does not fit the column-types" in result.failures[0].reason
 
 
+def test_stated_messages_in_a_row_keep_their_own_column_lists() -> None:
+    # A message is first read with the layout of the one before it: one of another column list or table must not
+    # read as that layout (a dropped column as NULL, an added one lost).
+    full = [Column("id", "int", True, False), Column("day", "date")]
+    narrow, wide = full[:1], [*full, Column("note", "varchar(9)")]
+    events = [ChangeEvent(kind="row", op="c", database="db", table=table, columns=columns, key={"id": i},
+                          after={"id": i, "day": "2024-01-02", "note": "x"}, commit_ts=i, ts_ms=i)
+              for i, (table, columns) in enumerate([("t", full), ("t", narrow), ("t", full), ("other", full),
+                                                    ("t", wide)], 1)]
+    for event in events:
+        event.after = {c.name: event.after[c.name] for c in event.columns}
+    records = [r for r in DebeziumJson(**{"schemas-enable": "false"}).encode(events) if r.value is not None]
+    result = DebeziumJson(**{"column-types": stated(full)}).decode(records)
+    assert [(e.table, e.after) for e in result.events] == [
+        ("t", {"id": 1, "day": "2024-01-02"}), ("t", {"id": 2}), ("t", {"id": 3, "day": "2024-01-02"}),
+        ("other", {"id": 4, "day": 19724})]
+    assert [f.reason for f in result.failures] == ["column(s) note of db.t have no type in column-types"]
+
+
 @pytest.mark.parametrize(("value", "error"), [
     ("{not json", "column-types is not JSON"),
     ('{"db.t": ["int"]}', 'column-types must be {"database.table"'),

@@ -88,10 +88,15 @@ def _value_type(spec: FieldSpec) -> Any:
     return py if py is Any else py | None
 
 
-def _row_type(spec: FieldSpec, name: str) -> type[msgspec.Struct]:
-    fields = [(f"f{i}", _value_type(f), None) for i, f in enumerate(spec.fields)]
+def _row_type(spec: FieldSpec, name: str, exact: bool) -> type[msgspec.Struct]:
+    """A row's payload type; ``exact``: every field present and no other, so that a row of another column list
+    fails to decode instead of reading as this one (a schema in the message says which list it is; a stated
+    one does not)."""
+    fields: list[Any] = [(f"f{i}", _value_type(f)) if exact else (f"f{i}", _value_type(f), None)
+                         for i, f in enumerate(spec.fields)]
     # gc=False: rows hold only scalars (and plain containers), so the collector need not track them.
-    return msgspec.defstruct(name, fields, rename={f"f{i}": f.name for i, f in enumerate(spec.fields)}, gc=False)
+    return msgspec.defstruct(name, fields, rename={f"f{i}": f.name for i, f in enumerate(spec.fields)}, gc=False,
+                             forbid_unknown_fields=exact)
 
 
 class _Table:
@@ -99,7 +104,7 @@ class _Table:
 
     __slots__ = ("after", "before", "decoder")
 
-    def __init__(self, schema: bytes, wire: Wire) -> None:
+    def __init__(self, schema: bytes, wire: Wire, exact: bool = False) -> None:
         try:
             envelope = connect_spec(msgspec.json.decode(schema))
         except msgspec.DecodeError as exc:
@@ -110,8 +115,10 @@ class _Table:
         if self.after is None and self.before is None:
             self.decoder = None  # not a change envelope (schema change, heartbeat, transaction topics)
             return
-        before_type = _row_type(before, "Before") if before is not None else Any
-        after_type = (before_type if after is before else _row_type(after, "After")) if after is not None else Any
+        before_type = _row_type(before, "Before", exact) if before is not None else Any
+        after_type = Any
+        if after is not None:
+            after_type = before_type if after is before else _row_type(after, "After", exact)
         envelope_type = msgspec.defstruct("Envelope", [
             ("before", before_type | None, None), ("after", after_type | None, None),
             ("source", Source | None, None), ("op", str | None, None), ("ts_ms", int | None, None),
@@ -125,6 +132,11 @@ def _row(shape: RowShape | None, row: Any) -> Row | None:
     if shape is None:
         return row
     return shape.convert(list(msgspec.structs.astuple(row)))
+
+
+def _table_of(source: Source) -> str:
+    """The name the ``column-types`` option gives a change's table."""
+    return f"{database_of(source)}.{source.table}"
 
 
 def _column_types(text: str) -> dict[str, dict[str, str]]:
@@ -199,6 +211,14 @@ class DebeziumJson(DebeziumFormat):
                 pass  # not the compact form after all: the full path below reads it, or says what is wrong
             else:
                 return self._row_events(record, last[1], envelope)
+        stated = self._caches.get("last-stated")
+        if stated is not None:  # a schemaless message most likely has the layout of the one before it
+            try:
+                envelope = stated[1].decoder.decode(value)
+            except msgspec.DecodeError:
+                envelope = None  # another column list, or not of a stated table: the path below sees which
+            if envelope is not None and envelope.source is not None and _table_of(envelope.source) == stated[0]:
+                return self._row_events(record, stated[1], envelope)
         try:
             message = _message_decoder.decode(value)
         except msgspec.DecodeError as exc:
@@ -228,16 +248,14 @@ class DebeziumJson(DebeziumFormat):
         """The compiled schema of a schemaless change whose table the ``column-types`` option names."""
         if not self.column_types or message.op is None or message.source is None:
             return None
-        table = f"{database_of(message.source)}.{message.source.table}"
+        table = _table_of(message.source)
         columns = self.column_types.get(table)
         if columns is None:
             return None
         image = message.after if message.after is not None else message.before
-        names = tuple(image or columns)
-        unstated = [name for name in names if name not in columns]
-        if unstated:
-            raise DecodeError(f"column(s) {', '.join(unstated)} of {table} have no type in column-types")
-        return self._stated_table(table, names)
+        compiled = self._stated_table(table, tuple(image or columns))
+        self._caches["last-stated"] = (table, compiled)
+        return compiled
 
     def _stated_table(self, table: str, names: tuple[str, ...]) -> _Table:
         """The table as the connector would have described it: these columns, of their stated types, written
@@ -246,10 +264,14 @@ class DebeziumJson(DebeziumFormat):
         compiled = tables.get((table, names))
         if compiled is None:
             types = self.column_types[table]
+            unstated = [name for name in names if name not in types]
+            if unstated:
+                raise DecodeError(f"column(s) {', '.join(unstated)} of {table} have no type in column-types")
             database, _, name = table.rpartition(".")
             schema = TableSchema(database, name, [Column(column, types[column], False, True) for column in names],
                                  {**self.settings, "propagate-source-type": True}, str)
-            compiled = tables[(table, names)] = _Table(_schema_bytes(schema.envelope) or b"", self._wire())
+            compiled = _Table(_schema_bytes(schema.envelope) or b"", self._wire(), exact=True)
+            tables[(table, names)] = compiled
         return compiled
 
     def _row_events(self, record: Record, table: _Table | None, envelope: Any) -> list[ChangeEvent]:
