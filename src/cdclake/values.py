@@ -49,8 +49,6 @@ def unb64(text: str) -> bytes:
         raise BadValue(f"invalid base64 {text[:40]!r}") from exc
 
 
-
-
 _FLOAT32: Final = struct.Struct("<f")
 
 
@@ -61,6 +59,7 @@ def float32(value: float) -> float:
         return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
     except OverflowError:
         raise BadValue(f"value {value!r} is out of FLOAT range") from None
+
 
 def geometry_wkb(raw: bytes) -> bytes:
     """The WKB of a spatial value. MySQL's own form (its binlog's) is a 4-byte little-endian SRID, then WKB:
@@ -73,14 +72,15 @@ def geometry_wkb(raw: bytes) -> bytes:
     return raw
 
 
-_WKB_DIMENSIONS = {0: 2, 1: 3, 2: 3, 3: 4}  # ISO WKB type code thousands: XY, XYZ, XYM, XYZM
+_WKB_DIMENSIONS: Final = {0: 2, 1: 3, 2: 3, 3: 4}  # ISO WKB type code thousands: XY, XYZ, XYM, XYZM
+_WKB_COUNT: Final = (struct.Struct(">I"), struct.Struct("<I"))  # by the byte-order byte: 0 big-endian, 1 little
 
 
 def _wkb_end(data: bytes, pos: int, depth: int = 0) -> int | None:
     """Where the WKB geometry starting at ``pos`` ends, or None when the bytes there are not one."""
     if depth > 32 or pos + 5 > len(data) or data[pos] > 1:
         return None
-    count = struct.Struct("<I" if data[pos] else ">I")
+    count = _WKB_COUNT[data[pos]]
     code = count.unpack_from(data, pos + 1)[0]
     kind, dims = code % 1000, _WKB_DIMENSIONS.get(code // 1000)
     if dims is None or not 1 <= kind <= 7:

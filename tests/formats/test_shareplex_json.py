@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cdclake import values as V
 from cdclake.cli import app
 from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats import create
+from cdclake.formats import create, shareplex_json
 from cdclake.formats.shareplex_json import parse_key_columns
 from cdclake.records import Record
 from cdclake.types import parse_type
@@ -86,10 +86,14 @@ def test_spec_update_key_is_the_before_image():
     assert event.position == pad_position(0, "", 0)
 
 
-def test_an_scn_that_is_no_number_orders_as_none():
+def test_an_scn_that_is_no_number_orders_as_none(caplog, monkeypatch):
     # spec §2: non-Oracle sources may send scn values of their own kind; the change is kept, in Kafka order
+    monkeypatch.setattr(shareplex_json, "_WARNED_SCN", [])
     (event,) = events_of({**INSERT, "meta": {**INSERT["meta"], "scn": "mysql-bin.000003:120"}})
     assert event.after == INSERT["data"] and event.position == pad_position(0, "", 0)
+    assert "meta.scn 'mysql-bin.000003:120' is not a number" in caplog.text  # said once, not per message
+    events_of({**INSERT, "meta": {**INSERT["meta"], "scn": "other"}})
+    assert "'other'" not in caplog.text
 
 
 def test_spec_delete_without_table_fails():

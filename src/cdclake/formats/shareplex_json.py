@@ -33,6 +33,7 @@ of its own kind (spec §2): one that is not a number orders as none.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Final
@@ -58,6 +59,8 @@ from cdclake.events import (
 from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
 from cdclake.records import Record
 from cdclake.types import parse_type
+
+log = logging.getLogger(__name__)
 
 Texts = dict[str, str | None]
 
@@ -131,8 +134,20 @@ def _number(value: int | str | None, member: str) -> int | None:
     return int(value)
 
 
+_WARNED_SCN: list[str] = []
+
+
 def _scn(value: int | str | None) -> int | None:
-    return int(value) if isinstance(value, str) and value.isdigit() else value if isinstance(value, int) else None
+    """``meta.scn`` as a number, or None where a non-Oracle source sent something else (spec §2)."""
+    if not isinstance(value, str):
+        return value
+    if value.isdigit():
+        return int(value)
+    if not _WARNED_SCN:  # once per process: every message of such a source has one
+        _WARNED_SCN.append(value)
+        log.warning("shareplex-json: meta.scn %r is not a number: such changes are ordered by meta.time, then by "
+                    "Kafka offset", value[:40])
+    return None
 
 
 @lru_cache(maxsize=4096)

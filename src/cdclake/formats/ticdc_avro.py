@@ -694,6 +694,7 @@ def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], z
 # the key marked, and the key's column names in order.
 _Pair = tuple[_Plan, _Plan, SchemaId, SchemaId, list[Column], tuple[str, ...]]
 
+
 class TicdcAvro(Format):
     name = "ticdc-avro"
     options = (
