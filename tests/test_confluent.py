@@ -168,6 +168,12 @@ def test_unframe_rejects_wrong_magic():
         unframe(b"\x01\x00\x00\x00\x01\x02")
 
 
+def test_a_message_of_apicurio_native_framing_says_how_to_make_its_producer_write_confluents():
+    # Apicurio's default: the bare datum, the schema id in a Kafka header; the datum may start anywhere.
+    with pytest.raises(DecodeError, match=r"first byte is 0x02.*Apicurio Registry.*as-confluent=true"):
+        unframe(b"\x02\x06abc")
+
+
 # --- registries ------------------------------------------------------------------------------------
 
 
@@ -300,6 +306,9 @@ def test_http_unknown_id_is_a_decode_error(server):
     registry = HttpRegistry(server.url())
     with pytest.raises(DecodeError, match=f"schema id 9 is not in schema registry {server.url()}"):
         read_datum(registry, frame(9, b"\x02"))
+    # Apicurio's 8-byte ids behind 0x00 (or a bare datum starting 0x00) read as some unknown id.
+    with pytest.raises(DecodeError, match=r"schema id 0 is not in schema registry .*Apicurio.*headers.enabled=false"):
+        read_datum(registry, b"\x00" + (7).to_bytes(8, "big") + b"\x02")
 
 
 def test_http_unreachable_registry_is_a_registry_error(server):

@@ -61,6 +61,16 @@ SchemaId = int | uuid.UUID
 ParsedSchema = dict[str, Any] | list[Any] | str
 
 
+# Apicurio Registry's serializers frame a message as Confluent's do only when told to (debezium.md §3): by default
+# the schema id travels in a Kafka header and the value is the bare datum (its first byte often 0x00, as a null
+# ``before`` is), or, without headers, behind 0x00 and an 8-byte id. Both read as a wrong magic byte or an unknown
+# id, so those errors say what to change.
+APICURIO_NATIVE = ("If the producer used Apicurio Registry, its own framing (the schema id in a Kafka header, or in 8 "
+                   "bytes) is not read: set its serializer's apicurio.registry.as-confluent=true and "
+                   "apicurio.registry.headers.enabled=false, and the registry option to its Confluent-compatible API "
+                   "(http://HOST/apis/ccompat/v7)")
+
+
 class RegistryError(RuntimeError):
     """The registry itself failed (unreachable, refused our credentials, rejected a schema): not a problem
     of one record, so it is not a :class:`DecodeError`."""
@@ -91,7 +101,7 @@ def header_id(data: bytes) -> SchemaId:
         raise DecodeError(f"message of {len(data)} byte(s) is shorter than the 5-byte Confluent header")
     if data[0] != MAGIC:
         raise DecodeError(f"first byte is 0x{data[0]:02x}, neither the Confluent magic byte 0x00 nor the AWS Glue "
-                          "header version 0x03")
+                          f"header version 0x03. {APICURIO_NATIVE}")
     return _HEADER.unpack_from(data)[1]
 
 
@@ -165,6 +175,7 @@ class _CachingRegistry:
     schema ID the registry holds: a message framed for another kind of registry is named as such."""
 
     id_kinds: tuple[type, ...] = (int,)
+    unknown_id_hint = ""  # said after "schema id N is not in ...": what else the id may mean
 
     def __init__(self) -> None:
         self._raw: dict[SchemaId, dict[str, Any]] = {}
@@ -193,7 +204,7 @@ class _CachingRegistry:
                                   f"{self.describe()} does not hold: set the registry option to the producer's")
             text = self._fetch(schema_id)
             if text is None:
-                raise DecodeError(f"schema id {schema_id} is not in {self.describe()}")
+                raise DecodeError(f"schema id {schema_id} is not in {self.describe()}{self.unknown_id_hint}")
             try:
                 raw = json.loads(text)
             except ValueError as exc:
@@ -321,6 +332,8 @@ class DirectoryRegistry(_CachingRegistry):
 class HttpRegistry(_CachingRegistry):
     """A Confluent-compatible REST registry. ``user:password@`` in the URL becomes basic auth; the URL is
     kept and shown only without it."""
+
+    unknown_id_hint = f". {APICURIO_NATIVE}"
 
     def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 2) -> None:
         super().__init__()
