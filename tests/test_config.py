@@ -74,3 +74,62 @@ def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monke
     assert runner.invoke(app, ["run", str(path), "--follow"]).exit_code == 0
     assert [(config.lake, config.follow) for config in ran] == [(str(tmp_path / "lake"), False),
                                                                 (str(tmp_path / "lake"), True)]
+
+
+@pytest.mark.parametrize(("spark", "message"), [
+    ('mastr = "spark://x:7077"', "[spark] unknown key(s) mastr (known: conf, master, remote)"),
+    ('confg = { "spark.executor.memory" = "8g" }', "[spark] unknown key(s) confg"),
+])
+def test_a_typo_in_the_spark_table_is_an_error(tmp_path, spark, message):
+    with pytest.raises(ValueError) as raised:
+        _load(tmp_path, f'lake = "/l"\n{SOURCE}[spark]\n{spark}\n')
+    assert message in str(raised.value)
+
+
+def test_the_spark_table_keeps_its_keys(tmp_path):
+    config = _load(tmp_path, 'lake = "/l"\n[spark]\nmaster = "spark://x:7077"\nconf = { "a.b" = 1 }\n' + SOURCE)
+    assert (config.spark_master, config.spark_conf) == ("spark://x:7077", {"a.b": "1"})
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'lake = "/l\n', "not valid TOML: Illegal character '\\n' (at line 1, column 11)"),
+    (b'\xff\xfelake = "/l"\n', "not valid TOML: not UTF-8 text (byte 0xff at offset 0)"),
+    (None, "no such file"),
+    ("a directory", "cannot be read: Is a directory"),
+])
+def test_a_file_that_cannot_be_read_is_a_one_line_error_that_names_it(tmp_path, content, message):
+    path = tmp_path / "x.toml"
+    if content == "a directory":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ValueError) as raised:
+        C.load(str(path))
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_a_bad_timestamp_zone_of_a_source_fails_validation(tmp_path):
+    config = _load(tmp_path, 'lake = "/l"\n' + SOURCE.replace('"/data/in"', f'"{tmp_path}"')
+                   + 'options = { "timestamp-zone" = "+ab" }\n')
+    with pytest.raises(ValueError, match=r"canal-json: option timestamp-zone takes .*\+08:00.*, not '\+ab'"):
+        config.validate()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('lake = "/l\n', "not valid TOML"),
+    ('lake = "/l"\n[spark]\nmastr = "x"\n' + SOURCE, "[spark] unknown key(s) mastr"),
+    ('lake = "/l"\n' + SOURCE.replace('"/data/in"', '"."') + 'options = { "timestamp-zone" = "Mars/Base" }\n',
+     "not 'Mars/Base'"),
+    (None, "no such file"),
+])
+def test_run_turns_a_bad_pipeline_file_into_one_line_and_exit_2(tmp_path, text, message):
+    from typer.testing import CliRunner
+
+    from cdclake.cli import app
+
+    path = tmp_path / "PIPELINE.toml"
+    if text is not None:
+        path.write_text(text)
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("cdclake: ") and result.output.count("\n") == 1 and message in result.output

@@ -170,6 +170,9 @@ _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_reten
         "storage"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
            "starting_offsets", "kafka_options", "connector", "consistency"}
+_SPARK = {"master", "remote", "conf"}
+# The tables whose keys are not checked here: a source's options (its format checks them), and kafka_options,
+# spark.conf and storage, which are librdkafka's, Spark's and the object store's own settings, too many to list.
 
 
 def _text(value: Any) -> str:
@@ -222,15 +225,35 @@ def _kafka_fields(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _read(path: str) -> dict[str, Any]:
+    """The tables of a TOML file; a file that is missing, unreadable or not TOML is a one-line ValueError that names
+    it (tomllib's own errors do not, and the user may have given several)."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as exc:  # a directory, no permission…
+        raise ValueError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes as UTF-8 before parsing
+        raise ValueError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _unknown(table: dict[str, Any], known: set[str], where: str) -> None:
+    extra = set(table) - known
+    if extra:
+        raise ValueError(f"{where}unknown key(s) {', '.join(sorted(extra))} (known: {', '.join(sorted(known))})")
+
+
 def load(path: str) -> PipelineConfig:
     """Read a ``PIPELINE.toml``; unknown keys are errors, so a typo never passes silently, and so is a value of the
     wrong type."""
-    with open(path, "rb") as handle:
-        data: dict[str, Any] = tomllib.load(handle)
+    data = _read(path)
     top = f"{path}: "
-    unknown = set(data) - _TOP
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    _unknown(data, _TOP, top)
     if "lake" not in data:
         raise ValueError(f"{path}: 'lake' is required")
     sources = []
@@ -238,9 +261,7 @@ def load(path: str) -> PipelineConfig:
         where = f"{path}: source {index + 1}: "
         if not isinstance(raw, dict):
             raise ValueError(f"{where}must be a table ([[source]]), not {raw!r}")
-        extra = set(raw) - _SOURCE
-        if extra:
-            raise ValueError(f"{where}unknown key(s) {', '.join(sorted(extra))}")
+        _unknown(raw, _SOURCE, where)
         if "format" not in raw:
             raise ValueError(f"{where}'format' is required")
         sources.append(SourceConfig(
@@ -250,6 +271,7 @@ def load(path: str) -> PipelineConfig:
             max_records_per_batch=_value(raw, "max_records_per_batch", int, 0, where),
             consistency=_value(raw, "consistency", str, "none", where), **_kafka_fields(raw, where)))
     spark, in_spark = _value(data, "spark", dict, {}, top), f"{path}: [spark] "
+    _unknown(spark, _SPARK, in_spark)
     return PipelineConfig(
         lake=_value(data, "lake", str, None, top), sources=sources, name=_value(data, "name", str, "default", top),
         checkpoint=_value(data, "checkpoint", str, None, top), follow=_value(data, "follow", bool, False, top),

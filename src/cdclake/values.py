@@ -219,6 +219,21 @@ def zone(name: str) -> dt.tzinfo:
     return ZoneInfo(name)
 
 
+# What zone() reads, for a person who gave it something else.
+ZONE_FORMS: Final = "a zone name (Asia/Shanghai), UTC, or an offset from UTC (+08:00, -5)"
+
+
+def checked_zone(name: str, setting: str) -> dt.tzinfo:
+    """:func:`zone` of a zone the user set (``setting`` names it, e.g. ``canal-json: option timestamp-zone``), to be
+    called when the setting is given. A name it cannot read is a ValueError that names the setting, the value and
+    the forms accepted, where zone() raises whatever failed: the zone database's KeyError or OSError, int()'s
+    complaint about an offset."""
+    try:
+        return zone(name)
+    except (KeyError, ValueError, OSError):
+        raise ValueError(f"{setting} takes {ZONE_FORMS}, not {name!r}") from None
+
+
 def is_zero_date(text: str) -> bool:
     return text.startswith("0000-00-00")
 

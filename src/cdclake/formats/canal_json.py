@@ -413,8 +413,8 @@ class CanalJson(Format):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._zone: str | None = self.settings["timestamp-zone"] or None
-        if self._zone:
-            V.zone(self._zone)  # an unknown zone fails here, at configuration, not on every record
+        if self._zone:  # an unknown zone fails here, at configuration, not on every record
+            V.checked_zone(self._zone, f"{self.name}: option timestamp-zone")
         # TiCDC resolves a DST fold by Go's rule, Canal and DTS (Java) by the earlier offset; a message with
         # ``_tidb`` is TiCDC's whatever the flavour says (see _schema)
         self._rule: V.FoldRule = "go" if self.settings["flavour"] == "tidb" else "java"

@@ -722,10 +722,7 @@ class TicdcAvro(Format):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         s = self.settings
-        try:  # an unknown zone fails here, not on the first TIMESTAMP
-            V.zone(s["timestamp-zone"])
-        except (KeyError, ValueError, OSError):
-            raise ValueError(f"ticdc-avro: unknown timestamp-zone {s['timestamp-zone']!r}") from None
+        V.checked_zone(s["timestamp-zone"], f"{self.name}: option timestamp-zone")  # here, not on the first TIMESTAMP
         if s["integrity-check-level"] == "correctness" and not (
             s["enable-tidb-extension"]
             and s["decimal-handling-mode"] == "string"

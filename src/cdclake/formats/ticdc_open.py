@@ -576,8 +576,8 @@ class TicdcOpen(Format):
         self._ts_prefix: tuple[int, str] = (-1, "")
         if self.settings["max-batch-size"] < 1:
             raise ValueError(f"{self.name}: max-batch-size must be at least 1")
-        if self._zone:
-            V.zone(self._zone)  # fail at start-up, not on the first TIMESTAMP
+        if self._zone:  # fail at start-up, not on the first TIMESTAMP
+            V.checked_zone(self._zone, f"{self.name}: option timestamp-zone")
 
     def __getstate__(self) -> dict[str, Any]:
         # Plans hold generated readers, which do not pickle; executors rebuild them from the data.
