@@ -4,6 +4,7 @@ batches decoded into changelog batches in which every record is accounted for.""
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats, workload
-from cdclake.records import Record, captured_line
+from cdclake.records import KIND_LINES, Record, captured_line, is_captured_file
 from cdclake.sources import files
 from cdclake.spark import changelog
 from cdclake.spark.changelog import CHANGELOG_ARROW, decode_arrow_task, decode_batch, decode_task, records_from_arrow
@@ -104,9 +105,48 @@ def test_an_unreadable_line_of_a_captured_file_fails_with_the_reader_reason_and_
 
 def test_message_per_line_files_number_lines_from_zero_and_skip_blank_ones(tmp_path):
     path = tmp_path / "plain.txt"
-    path.write_bytes(b"one\r\n\ntwo\nthree")
+    path.write_bytes(b'one\r\n\ntwo\n{"three": 3}')
     assert [(r.offset, r.value, r.topic) for r in _read(path)] == [
-        (0, b"one", "plain.txt"), (2, b"two", "plain.txt"), (3, b"three", "plain.txt")]
+        (0, b"one", "plain.txt"), (2, b"two", "plain.txt"), (3, b'{"three": 3}', "plain.txt")]
+
+
+@pytest.mark.parametrize("captured", [False, True])
+def test_a_last_line_cut_short_waits_for_its_rest_and_is_then_read_whole(tmp_path, captured, caplog):
+    # A run without follow reads a last line without its newline when it is whole; one whose writer is still at
+    # work is left for the run after, which would otherwise start past its fragment and never read it whole.
+    path = tmp_path / "t.jsonl"
+    messages = [_canal("a", "INSERT", i) for i in range(3)]
+    lines = [captured_line(Record(topic="t", offset=i, value=m)) if captured else m for i, m in enumerate(messages)]
+    path.write_bytes(lines[0] + b"\n" + lines[1] + b"\n" + lines[2][:30])
+    assert len(_read(path)) == 2
+    assert f"{path} ends in 30 bytes without a newline that are not whole JSON" in caplog.text
+    path.write_bytes(lines[0] + b"\n" + lines[1] + b"\n" + lines[2])
+    assert [r.value for r in _read(path)] == messages
+
+
+def test_an_offset_names_its_file_within_the_input_however_the_input_is_spelled(tmp_path):
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes(b"{}\n{}\n")
+    counter = files.LineCounter(complete_only=False)
+    relative = os.path.relpath(tmp_path)
+    for spelled in (str(tmp_path), relative, f"{relative}/./"):
+        listed = files.list_files(spelled)
+        end, _ = files.plan_range(listed, counter, {"file": "", "line": 0}, 3)
+        assert end == {"file": "b.jsonl", "line": 1}
+        # An offset saved as an earlier version saved it, the path as that run spelled the input.
+        for saved in ({"file": "a.jsonl", "line": 2}, {"file": f"elsewhere/{tmp_path.name}/a.jsonl", "line": 2}):
+            assert files.plan_range(listed, counter, saved, None) == (
+                {"file": "b.jsonl", "line": 2}, [(listed[1], 0, 2)])
+
+
+def test_a_file_is_of_the_kind_its_first_whole_line_says():
+    record = captured_line(Record(topic="t", offset=0, value=b"{}"))
+    assert is_captured_file([record[20:], b"", record])  # a first line cut short
+    assert is_captured_file([b"\xff\xfe", record])
+    assert not is_captured_file([b'{"data": [1]}', record])
+    assert not is_captured_file([record[20:], b'{"data": [1]}'])
+    assert is_captured_file([record[:-2]] * KIND_LINES + [b'{"data": [1]}'])  # no whole line: the first decides
+    assert not is_captured_file([b"", b"  "])
 
 
 @given(st.lists(st.sampled_from([b"x", b"\n", b"\r\n", b"yy"]), max_size=40), st.booleans(), st.integers(1, 5),

@@ -852,9 +852,10 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     # of 250,000 records left it 341,000 changes of 100,000 keys to reduce, 2 tasks 277,000).
     tasks = str(task_slots(spark))
     # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _start_query).
+    # Absolute: Spark's Python processes need not share this one's working directory (a session made elsewhere).
     return SourceRead(source, "cdclake-files", {
-        "path": source.input, "maxRecordsPerBatch": str(source.max_records_per_batch or 0), "minPartitions": tasks,
-        "follow": "true" if config.follow else "false"})
+        "path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
+        "minPartitions": tasks, "follow": "true" if config.follow else "false"})
 
 
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:

@@ -78,6 +78,27 @@ def is_captured_line(line: bytes) -> bool:
     return head.startswith(b"{") and all(member in head for member in _CAPTURED_MEMBERS)
 
 
+# How many non-empty lines of a file may be looked at for one that is whole JSON (see is_captured_file).
+KIND_LINES = 8
+
+
+def is_captured_file(lines: Iterable[bytes]) -> bool:
+    """Whether a file's lines (in order, newlines stripped) are captured records, by its first non-empty line that
+    is whole JSON: a captured-records file whose first line was cut (a copy begun mid-record) is still one, and only
+    that line is unreadable. Without such a line among the first KIND_LINES, by the first non-empty line."""
+    first: bytes | None = None
+    for seen, line in enumerate(line for line in lines if line.strip()):
+        if seen == KIND_LINES:
+            break
+        first = line if first is None else first
+        try:
+            msgspec.json.decode(line)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            continue
+        return is_captured_line(line)
+    return first is not None and is_captured_line(first)
+
+
 def parse_captured_line(line: bytes) -> Record:
     try:
         c = _captured_decoder.decode(line)
@@ -119,15 +140,12 @@ def read_file(path: str | os.PathLike[str]) -> Iterator[FileLine]:
     """The records of one captured-records or message-per-line file, in file order."""
     name = str(path)
     with open(path, "rb") as handle:
-        lines = handle.read().split(b"\n")
-    captured: bool | None = None
+        lines = [raw.rstrip(b"\r") for raw in handle.read().split(b"\n")]
+    captured = is_captured_file(lines)
     topic = Path(name).name
-    for index, raw in enumerate(lines):
-        line = raw.rstrip(b"\r")
+    for index, line in enumerate(lines):
         if not line.strip():
             continue
-        if captured is None:
-            captured = is_captured_line(line)
         if not captured:
             yield FileLine(name, index + 1, Record(value=line, topic=topic, offset=index), raw=line)
             continue

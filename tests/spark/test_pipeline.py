@@ -24,7 +24,7 @@ from cdclake import formats, pipeline
 from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
-from cdclake.records import Record, write_records
+from cdclake.records import Record, captured_line, write_records
 from cdclake.sinks import delta
 from tests.crashes import crash_at_every_point_then_finish
 from tests.lake import lake_rows
@@ -167,6 +167,44 @@ def test_late_older_changes_do_not_resurrect_deleted_rows(spark, tmp_path):
     write_records(tmp_path / "in" / "3.jsonl", records([change(INSERT, 30, 1, version=5)], start_offset=6))
     run(spark, tmp_path / "in", tmp_path / "lake")
     assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v5"
+
+
+def test_an_input_spelled_another_way_is_the_same_input(spark, tmp_path, monkeypatch):
+    # The checkpoint holds file names within the input, so a relative, an absolute and a dotted spelling of one
+    # directory read on where the last run stopped: new files are neither skipped nor old ones read again.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1)]))
+    first = run(spark, Path("in"), tmp_path / "lake")
+    write_records(tmp_path / "in" / "2.jsonl", records([change(INSERT, 20, 2)], start_offset=1))
+    second = run(spark, tmp_path / "in", tmp_path / "lake")
+    write_records(tmp_path / "in" / "3.jsonl", records([change(INSERT, 30, 3)], start_offset=2))
+    third = run(spark, Path("./in/../in"), tmp_path / "lake")
+    assert [s.total("records") for s in (first, second, third)] == [1, 1, 1]
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]", "[3]"]
+
+
+def test_a_message_still_being_written_is_applied_whole_by_a_later_run(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    first_line, second_line = (captured_line(r) + b"\n" for r in records([change(INSERT, 10, 1),
+                                                                             change(INSERT, 20, 2)]))
+    path = tmp_path / "in" / "1.jsonl"
+    path.write_bytes(first_line + second_line[:40])  # its writer is at work: no newline yet, not whole
+    first = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert (first.total("records"), first.total("dead_letters")) == (1, 0)
+    path.write_bytes(first_line + second_line)
+    second = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert (second.total("records"), second.total("dead_letters")) == (1, 0)
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[1]", "[2]"]
+
+
+def test_a_captured_file_whose_first_line_was_cut_loses_only_that_line(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    lines = [captured_line(r) for r in records([change(INSERT, 10, 1), change(INSERT, 20, 2)])]
+    (tmp_path / "in" / "1.jsonl").write_bytes(lines[0][25:] + b"\n" + lines[1] + b"\n")
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert (summary.total("records"), summary.total("events"), summary.total("dead_letters")) == (2, 1, 1)
+    assert sorted(lake_rows(str(tmp_path / "lake"), "shop", "users")) == ["[2]"]
 
 
 def test_a_running_pipeline_forgets_tombstones_past_their_retention_between_batches(spark, tmp_path):

@@ -2,8 +2,8 @@
 
 Order within a directory is file name, then line: the equivalent of one Kafka partition's offsets. So
 files must arrive in name order (as log segments do); a file that sorts before one already read is not
-read. The source's offset is ``{"file": name, "line": n}``: everything before line ``n`` of ``name``
-(and every file sorting before it) has been read.
+read. The source's offset is ``{"file": name, "line": n}``: everything before line ``n`` of the file named
+``name`` in the input (and every file sorting before it) has been read.
 
 Registered with Spark as the Python data source ``cdclake-files`` (batch and streaming), with options
 ``path``, ``maxRecordsPerBatch`` and ``minPartitions``; its rows have the columns of Spark's Kafka source.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -26,10 +27,11 @@ import pyarrow as pa
 
 from cdclake.compiled import variable_array
 from cdclake.records import (
+    KIND_LINES,
     Captured,
     Record,
     RecordFileError,
-    is_captured_line,
+    is_captured_file,
     parse_captured_line,
     parse_captured_lines,
 )
@@ -38,6 +40,8 @@ try:
     from cdclake import _records
 except ImportError:  # built where a compiler was at hand (setup.py's optional extension); Python reads alike
     _records = None
+
+logger = logging.getLogger(__name__)
 
 UNREADABLE_HEADER = "__cdclake.unreadable"
 BATCH_ROWS = 20_000
@@ -63,11 +67,18 @@ def list_files(path: str) -> list[str]:
 
 
 def _lines(data: bytes, complete_only: bool) -> list[bytes]:
+    """The lines of ``data`` that a :class:`LineCounter` counts (its model in the tests)."""
     lines = data.split(b"\n")
     last = lines.pop()
-    if last and not complete_only:
+    if last and _counted(last, complete_only):
         lines.append(last)
     return lines
+
+
+def _counted(last: bytes, complete_only: bool) -> bool:
+    """Whether a file's last line, without its newline, is read: in follow, never yet (its writer may be at work);
+    otherwise when it is whole (see :func:`_whole_last_line`)."""
+    return not complete_only and _whole(last.rstrip(b"\r"))
 
 
 class _Scan(msgspec.Struct, frozen=True):
@@ -119,14 +130,50 @@ class LineCounter:
                 starts.append((n + 1, position + first + 1))  # the line after this block's first newline
             n += newlines
         if size and not self.complete_only:
-            with open(name, "rb", buffering=0) as handle:
-                handle.seek(size - 1)
-                n += handle.read(1) not in (b"\n", b"")  # a last line without its newline (b"": cut meanwhile)
+            n += _whole_last_line(name, size)
         self._cache[name] = _Scan(size, stat.st_mtime, n, starts)
         return self._cache[name]
 
 
 SCAN_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _whole_last_line(name: str, size: int) -> bool:
+    """Whether a file ends in a line without its newline that is whole: JSON that parses, as every line of a
+    message or captured-records file is. A run without follow reads such a line; one cut short (its writer still
+    at work) waits, as in follow, for the rest of it: read now, it would go to the dead letters as a fragment,
+    and the run after would start past it and never read it whole. Said in the log, since it may also be a
+    fragment that no one completes."""
+    tail = b""
+    with open(name, "rb", buffering=0) as handle:
+        end = size
+        while end > 0 and b"\n" not in tail:
+            begin = max(0, end - TAIL_BLOCK)
+            handle.seek(begin)
+            tail = handle.read(end - begin) + tail
+            end = begin
+    line = tail.rpartition(b"\n")[2]
+    if not line:
+        return False  # the file ends in its newline (or was cut meanwhile)
+    if _counted(line, complete_only=False):
+        return True
+    logger.warning("%s ends in %d bytes without a newline that are not whole JSON: read once the line is complete",
+                   name, len(line))
+    return False
+
+
+TAIL_BLOCK = 1 << 16
+
+
+def _whole(line: bytes) -> bool:
+    """A line without its newline is whole when it parses as JSON (or holds nothing to read)."""
+    if not line.strip():
+        return True
+    try:
+        msgspec.json.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _count_blocks(name: str, begin: int, end: int) -> list[tuple[int, int, int]]:
@@ -145,24 +192,33 @@ def _count_blocks(name: str, begin: int, end: int) -> list[tuple[int, int, int]]
     return counted
 
 
+def position(offset: dict[str, Any]) -> tuple[str, int]:
+    """Where an offset stands in its input's order: (file name within the input, line). By name, not path: the
+    same directory is the same input however a run spells it (``in`` or ``/data/in``), and an offset of an
+    earlier version holds the path as its run spelled it."""
+    return os.path.basename(offset["file"]), offset["line"]
+
+
 def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
                limit: int | None) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
     """From ``start``, the end offset and the (file, first line, end line) segments to read, taking at
     most ``limit`` lines."""
     segments: list[tuple[str, int, int]] = []
-    end = dict(start)
+    start_name, start_line = position(start)
+    end = {"file": start_name, "line": start_line}
     budget = limit if limit and limit > 0 else None
     for name in files:
-        if name < start["file"]:
+        key = os.path.basename(name)
+        if key < start_name:
             continue
-        first = start["line"] if name == start["file"] else 0
+        first = start_line if key == start_name else 0
         total = counter.count(name)
         if total <= first:
-            end = {"file": name, "line": total}
+            end = {"file": key, "line": total}
             continue
         stop = total if budget is None else min(total, first + budget)
         segments.append((name, first, stop))
-        end = {"file": name, "line": stop}
+        end = {"file": key, "line": stop}
         if budget is not None:
             budget -= stop - first
             if budget <= 0:
@@ -171,28 +227,33 @@ def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
 
 
 def partitions(path: str) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs a directory holds, from the first record of each file: captured-records
+    """The (topic, partition) pairs a directory holds, from the first readable record of each file: captured-records
     files name theirs; a message-per-line file is a partition of its own (topic = file name, partition 0)."""
     found: set[tuple[str, int]] = set()
     for name in list_files(path):
-        first = _first_line(name)
-        if first is None:
+        if not _is_captured(name):
+            if _first_lines(name, 1):
+                found.add((Path(name).name, 0))
             continue
-        if is_captured_line(first):
+        for line in _first_lines(name, KIND_LINES):
             try:
-                record = parse_captured_line(first)
+                record = parse_captured_line(line)
             except RecordFileError:
                 continue
             found.add((record.topic, record.partition))
-        else:
-            found.add((Path(name).name, 0))
+            break
     return sorted(found)
 
 
-def _first_line(name: str) -> bytes | None:
-    """The file's first non-empty line, read without reading the rest: it decides the kind of the file."""
+def _first_lines(name: str, count: int) -> list[bytes]:
+    """The file's first ``count`` non-empty lines, read without reading the rest."""
     with open(name, "rb") as handle:
-        return next((line.rstrip(b"\r\n") for line in handle if line.strip()), None)
+        return list(itertools.islice((line.rstrip(b"\r\n") for line in handle if line.strip()), count))
+
+
+def _is_captured(name: str) -> bool:
+    """The kind of a file, from its first lines (see :func:`is_captured_file`)."""
+    return is_captured_file(_first_lines(name, KIND_LINES))
 
 
 def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
@@ -201,9 +262,9 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
     a batch that reads part of a large file holds only that part, never the whole file. ``seek`` is a known
     (line, byte offset) at or before ``first`` (see :meth:`LineCounter.seek_point`): reading starts there."""
     topic = Path(name).name
-    # The file's first line, not the segment's: a segment may start at an unreadable line of a captured-records
+    # The file's first lines, not the segment's: a segment may start at an unreadable line of a captured-records
     # file, which must still become a record with the reason it is unreadable.
-    captured = is_captured_line(_first_line(name) or b"")
+    captured = _is_captured(name)
     seek_line, seek_byte = seek
     # A large buffer: lines of a few KB would cost the default 8 KB one a read call every line or two.
     with open(name, "rb", buffering=1 << 20) as handle:
@@ -211,8 +272,10 @@ def read_segment(name: str, first: int, stop: int, complete_only: bool = False,
         lines = itertools.islice(handle, first - seek_line, stop - seek_line)
         index = first
         while chunk := list(itertools.islice(lines, BATCH_ROWS)):
-            if complete_only and not chunk[-1].endswith(b"\n"):
+            if not chunk[-1].endswith(b"\n") and not _counted(chunk[-1], complete_only):
                 chunk.pop()  # a line still being written (the last): read once it is complete
+                if not chunk:
+                    break
             batch = captured_to_arrow(chunk) if captured else None
             if batch is not None:
                 index += len(chunk)

@@ -10,6 +10,7 @@ import bisect
 import dataclasses
 import itertools
 import json
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -202,15 +203,16 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif limit is None:
             max_rows = self.limit or None
         end, _ = files.plan_range(files.list_files(self.path), self.counter, begin, max_rows)
-        if self._target is not None and _position(end) > _position(self._target):
-            end = max(self._target, begin, key=_position)  # nothing past the input seen at start
+        if self._target is not None and files.position(end) > files.position(self._target):
+            end = max(self._target, begin, key=files.position)  # nothing past the input seen at start
         self._last_end = end
         return end
 
     def prepareForTriggerAvailableNow(self) -> None:
         # From any start, everything there is ends at the last file's last line: only that file is counted.
         names = files.list_files(self.path)
-        self._target = {"file": names[-1], "line": self.counter.count(names[-1])} if names else dict(START)
+        self._target = ({"file": os.path.basename(names[-1]), "line": self.counter.count(names[-1])} if names
+                        else dict(START))
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self.limit) if self.limit else ReadAllAvailable()
@@ -218,10 +220,12 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         _, segments = files.plan_range(files.list_files(self.path), self.counter, start, None)
         bounded = []
+        end_name, end_line = files.position(end)
         for name, first, stop in segments:
-            if (name, first) >= (end["file"], end["line"]):
+            key = os.path.basename(name)
+            if (key, first) >= (end_name, end_line):
                 break
-            bounded.append((name, first, stop if name < end["file"] else min(stop, end["line"])))
+            bounded.append((name, first, stop if key < end_name else min(stop, end_line)))
         return _tasks(bounded, self.counter, self.min_tasks, self.complete_only)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -230,10 +234,6 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         pass
-
-
-def _position(offset: dict) -> tuple[str, int]:
-    return offset["file"], offset["line"]
 
 
 # Spark's Kafka source without includeHeaders has every column but the last.
