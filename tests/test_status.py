@@ -1,7 +1,16 @@
-"""cdclake status groups dead letters by what went wrong."""
+"""cdclake status: where each table is, which tables it cannot read, dead letters by what went wrong."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pyarrow as pa
+from click.testing import Result
+from deltalake import write_deltalake
+from typer.testing import CliRunner
+
+from cdclake.cli import app
+from cdclake.sinks.delta import DeltaSink
 from cdclake.status import _reason_class
 
 
@@ -13,3 +22,67 @@ def test_dead_letters_group_by_reason_without_the_file_and_line_a_reader_names()
     assert _reason_class("value '2021-10-31 02:30:00' does not fit: datetime(0)") == (
         "value '2021-10-31 02:30:00' does not fit")
     assert _reason_class(None) == "unknown"
+
+
+# The last change applied to db.t: commit ts 1714521600065, then a Canal position (transaction, offset 204, row 7)
+# padded for ordering.
+LAST_SEQ = "00000001714521600065/00000000000000000000/00000000000000000204/00000000000000000007"
+
+
+def _lake(lake: Path, *tables: str) -> None:
+    """A lake with these tables of two rows each, and a batch's progress that applied LAST_SEQ to each."""
+    for name in tables:
+        write_deltalake(str(lake / name.replace(".", "/")), pa.table({"id": [1, 2]}))
+    DeltaSink(str(lake), "main").record_progress(
+        {"tables": {name: {"last_seq": LAST_SEQ, "stopped": None} for name in tables}}, 0)
+
+
+def _status(lake: Path) -> Result:
+    return CliRunner().invoke(app, ["status", str(lake)])
+
+
+def test_status_shows_the_whole_last_applied_position(tmp_path):
+    _lake(tmp_path, "db.t")
+    result = _status(tmp_path)
+    assert result.exit_code == 0, result.output
+    line = result.output.splitlines()[1].split()
+    assert line[:4] == ["db.t", "2", "1714521600065", "0/204/7"]  # the offset, without the padding's zeros
+
+
+def test_status_refuses_a_directory_that_is_no_lake(tmp_path):
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "0001.jsonl").write_text("{}\n")
+    for path in (tmp_path / "records", tmp_path / "mistyped"):
+        result = _status(path)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith(f"cdclake: {path}: ") and len(result.output.splitlines()) == 1
+    (tmp_path / "new" / "_cdclake").mkdir(parents=True)  # a lake before its first table
+    result = _status(tmp_path / "new")
+    assert result.exit_code == 0 and "(no tables)" in result.output
+
+
+def test_status_names_the_tables_it_cannot_read_and_shows_the_others(tmp_path):
+    _lake(tmp_path, "db.broken_log", "db.lost_file", "db.fine")
+    with (tmp_path / "db" / "broken_log" / "_delta_log" / "00000000000000000000.json").open("a") as log:
+        log.write("{not json\n")
+    for data in (tmp_path / "db" / "lost_file").glob("*.parquet"):
+        data.unlink()
+    result = _status(tmp_path)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception  # not a crash
+    lines = result.output.splitlines()
+    assert lines[1].startswith("db.broken_log") and "could not be read: " in lines[1]
+    assert lines[2].split()[:4] == ["db.fine", "2", "1714521600065", "0/204/7"]
+    assert lines[3].startswith("db.lost_file") and "could not be read: " in lines[3] and "not found" in lines[3]
+    assert lines[4:] == ["dead letters: 0"]  # one line each, no traceback or Rust backtrace
+
+
+def test_status_names_a_lake_table_of_its_own_it_cannot_read(tmp_path):
+    _lake(tmp_path, "db.t")
+    for log in (tmp_path / "_cdclake" / "progress" / "_delta_log").glob("*.json"):
+        log.write_text("{not json\n")
+    result = _status(tmp_path)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception  # not a crash
+    lines = result.output.splitlines()
+    assert lines[1].split()[:3] == ["db.t", "2", "-"]  # rows still counted; where it is, unknown
+    assert lines[2].startswith("_cdclake/progress") and "could not be read: " in lines[2]
+    assert lines[3:] == ["dead letters: 0"]

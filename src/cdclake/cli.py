@@ -203,12 +203,18 @@ def run(
 
 @app.command()
 def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
-    """Per table: rows, last applied commit_ts/position, last batch time; dead letters by reason."""
+    """Per table: rows, last applied commit_ts/position, last batch time; dead letters by reason. Exits 1 when a
+    table could not be read (its line says why)."""
     from cdclake import status as S
 
     if not lake.is_dir():
         raise _fail(f"{lake}: no such lake directory")
-    typer.echo(S.render(S.collect(str(lake))))
+    if not S.is_lake(str(lake)):
+        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
+    state = S.collect(str(lake))
+    typer.echo(S.render(state))
+    if S.unreadable_tables(state):  # each named on its line above; the exit code tells a script
+        raise typer.Exit(1)
 
 
 @app.command()

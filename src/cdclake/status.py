@@ -1,4 +1,5 @@
-"""What a lake holds: per table rows, last applied change and batch time; dead letters by reason."""
+"""What a lake holds: per table rows, last applied change and batch time; dead letters by reason; the tables
+that could not be read, and why."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import re
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.sinks.delta import CONSISTENT_UP_TO, lake_tables
+
+# What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
+# data file deleted (OSError) or one that is no Parquet (ArrowException).
+_DAMAGED = (DeltaError, OSError, pa.ArrowException)
 
 
 def _open(uri: str) -> DeltaTable | None:
@@ -22,19 +28,42 @@ def _open(uri: str) -> DeltaTable | None:
         return None
 
 
+def _why(exc: Exception) -> str:
+    """The error's first line: delta-rs follows its message with a Rust backtrace."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _read(uri: str, columns: list[str]) -> pa.Table | None:
+    table = _open(uri)
+    return None if table is None else table.to_pyarrow_table(columns=columns)
+
+
+def is_lake(lake: str) -> bool:
+    """Whether a local directory holds the lake's own tables or a Delta table at ``<database>/<table>``: a path
+    with neither is more likely mistyped than a lake before its first batch."""
+    return os.path.isdir(os.path.join(lake, "_cdclake")) or bool(lake_tables(lake))
+
+
 def collect(lake: str) -> dict[str, Any]:
     tables: dict[str, dict[str, Any]] = {}
     for database, table in lake_tables(lake):
-        dt = _open(os.path.join(lake, database, table))
-        if dt is not None:
-            tables[f"{database}.{table}"] = {"rows": dt.to_pyarrow_dataset().count_rows()}
-            consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
-            if consistent is not None:
-                tables[f"{database}.{table}"]["consistent_ts"] = int(consistent)
-    progress = _open(os.path.join(lake, "_cdclake", "progress"))
+        name = f"{database}.{table}"
+        try:
+            dt = _open(os.path.join(lake, database, table))
+            if dt is not None:
+                tables[name] = {"rows": dt.to_pyarrow_dataset().count_rows()}
+                consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
+                if consistent is not None:
+                    tables[name]["consistent_ts"] = int(consistent)
+        except _DAMAGED as exc:
+            tables[name] = {"rows": None, "unreadable": _why(exc)}
+    unreadable: dict[str, str] = {}  # the lake's own tables that could not be read, and why
+    try:
+        progress = _read(os.path.join(lake, "_cdclake", "progress"), ["finished_at", "tables"])
+    except _DAMAGED as exc:
+        progress, unreadable["_cdclake/progress"] = None, _why(exc)
     if progress is not None:
-        log = progress.to_pyarrow_table(columns=["finished_at", "tables"]).sort_by("finished_at").to_pylist()
-        for entry in log:
+        for entry in progress.sort_by("finished_at").to_pylist():
             for name, state in json.loads(entry["tables"]).items():
                 info = tables.setdefault(name, {"rows": 0})
                 commit_ts, _, position = (state.get("last_seq") or "").partition("/")
@@ -43,12 +72,19 @@ def collect(lake: str) -> dict[str, Any]:
                 info["last_batch_at"] = entry["finished_at"].isoformat()
                 info["stopped"] = state.get("stopped")
     reasons: Counter[str] = Counter()
-    dead = _open(os.path.join(lake, "_cdclake", "dead_letters"))
+    try:
+        dead = _read(os.path.join(lake, "_cdclake", "dead_letters"), ["reason"])
+    except _DAMAGED as exc:
+        dead, unreadable["_cdclake/dead_letters"] = None, _why(exc)
     if dead is not None:
-        column = dead.to_pyarrow_table(columns=["reason"])["reason"]
-        for item in pc.value_counts(column).to_pylist():
+        for item in pc.value_counts(dead["reason"]).to_pylist():
             reasons[_reason_class(item["values"])] += item["counts"]
-    return {"tables": tables, "dead_letters": dict(reasons.most_common())}
+    return {"tables": tables, "unreadable": unreadable, "dead_letters": dict(reasons.most_common())}
+
+
+def unreadable_tables(state: dict[str, Any]) -> list[str]:
+    """The tables, the lake's own among them, that could not be read."""
+    return [name for name, info in state["tables"].items() if "unreadable" in info] + list(state["unreadable"])
 
 
 # Where a reader's reason starts by naming the file and line it could not read ("<path>:<line>: …"); not a URL's
@@ -61,16 +97,30 @@ def _reason_class(reason: str | None) -> str:
     return _LOCATION.sub("", reason or "unknown", count=1).split(": ")[0][:80]
 
 
+def _readable(position: str | None) -> str:
+    """A position without the zeros that pad its numeric parts so that positions compare as text
+    (``events.pad_position``): 00000000000000000000/00000000000000000204/00000000000000000007 reads 0/204/7."""
+    if not position:
+        return "-"
+    return "/".join((part.lstrip("0") or "0") if part.isdigit() else part for part in position.split("/"))
+
+
 def render(state: dict[str, Any]) -> str:
-    lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':30} last batch"]
+    positions = {name: _readable(info.get("position")) for name, info in state["tables"].items()}
+    width = max([len("position"), *map(len, positions.values())])
+    lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':{width}} last batch"]
     for name, info in state["tables"].items():
+        if "unreadable" in info:
+            lines.append(f"{name:40} could not be read: {info['unreadable']}")
+            continue
         flag = f"  STOPPED: {info['stopped']}" if info.get("stopped") else ""
         if info.get("consistent_ts") is not None:
             flag += f"  consistent up to commit_ts {info['consistent_ts']}"
         lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
-                     f"{(info.get('position') or '-')[:30]:30} {info.get('last_batch_at') or '-'}{flag}")
+                     f"{positions[name]:{width}} {info.get('last_batch_at') or '-'}{flag}")
     if not state["tables"]:
         lines.append("(no tables)")
+    lines.extend(f"{name:40} could not be read: {why}" for name, why in state["unreadable"].items())
     total = sum(state["dead_letters"].values())
     lines.append(f"dead letters: {total}")
     lines.extend(f"  {count:>8}  {reason}" for reason, count in state["dead_letters"].items())
