@@ -76,6 +76,28 @@ def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monke
                                                                 (str(tmp_path / "lake"), True)]
 
 
+def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cdclake import pipeline
+    from cdclake.cli import STOPPED_TABLES, app
+
+    def run(config, progress=None):
+        report = pipeline.BatchReport("main", 4, records=14, events=7, failed=6, skipped=1, dead_letters=12,
+                                      stopped={"shop.users": "a narrowing type change"})
+        progress(report)
+        return pipeline.RunSummary([report], stopped=dict(report.stopped))
+
+    monkeypatch.setattr(pipeline, "run", run)
+    (tmp_path / "in").mkdir()
+    result = CliRunner().invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+                                      "--lake", str(tmp_path / "lake")])
+    assert result.exit_code == STOPPED_TABLES == 3
+    # 14 records = 7 with events + 6 failed + 1 skipped; the dead letters are the failed and the stopped table's.
+    assert "12 dead letters (6 of stopped tables), 1 skipped" in result.output
+    assert "table shop.users is STOPPED, its records go to the dead letters: a narrowing type change" in result.output
+
+
 @pytest.mark.parametrize(("spark", "message"), [
     ('mastr = "spark://x:7077"', "[spark] unknown key(s) mastr (known: conf, master, remote)"),
     ('confg = { "spark.executor.memory" = "8g" }', "[spark] unknown key(s) confg"),

@@ -143,7 +143,8 @@ def run(
         help="none, or resolved-ts: apply only whole transactions, up to the smallest resolved ts of all "
              "partitions (ticdc-open, TiCDC canal-json).")] = "none",
 ) -> None:
-    """Apply change records to Delta tables: every batch exactly once, with progress and a summary."""
+    """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
+    tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
     from cdclake import config as C
 
     try:
@@ -180,8 +181,8 @@ def run(
                  if report.plan_seconds else "")
         typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
                    f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
-                   f"{report.dead_letters} dead letters, {report.skipped} skipped, {report.seconds:.1f}s{where}"
-                   f"{stopped}", err=True)
+                   f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped} skipped, "
+                   f"{report.seconds:.1f}s{where}{stopped}", err=True)
 
     from cdclake.sources.kafka import KafkaSourceError
 
@@ -196,9 +197,24 @@ def run(
     typer.echo(f"{ended}: {len(summary.batches)} batches, {summary.total('records')} records, "
                f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
                f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
-               f"{summary.total('dead_letters')} dead letters, {summary.total('skipped')} skipped", err=True)
+               f"{_dead_letters(summary.total('dead_letters'), summary.total('failed'))}, "
+               f"{summary.total('skipped')} skipped", err=True)
+    for table, why in sorted(summary.stopped.items()):
+        typer.echo(f"table {table} is STOPPED, its records go to the dead letters: {why}", err=True)
     if interrupted:
         raise typer.Exit(130)
+    if summary.stopped:
+        raise typer.Exit(STOPPED_TABLES)
+
+
+# The exit code of a run that ended with tables stopped (see README, "DDL"): the other tables are up to date.
+STOPPED_TABLES = 3
+
+
+def _dead_letters(dead_letters: int, failed: int) -> str:
+    """The dead letters, with those of stopped tables apart: their records were decoded, and count as events too."""
+    stopped = dead_letters - failed
+    return f"{dead_letters} dead letters" + (f" ({stopped} of stopped tables)" if stopped > 0 else "")
 
 
 @app.command()

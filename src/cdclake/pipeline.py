@@ -80,6 +80,7 @@ class RunSummary:
     batches: list[BatchReport] = field(default_factory=list)
     # Ended by SIGINT or SIGTERM: a following run's way to end; a run that stops once caught up may not have.
     signalled: bool = False
+    stopped: dict[str, str] = field(default_factory=dict)  # the tables stopped when the run ended, and why
 
     def total(self, name: str) -> int:
         return sum(getattr(b, name) for b in self.batches)
@@ -170,8 +171,7 @@ class BatchApplier:
         state = self.sink.last_progress()
         if state is None:
             return
-        tables = json.loads(state["tables"] or "{}")
-        self.stopped = {name: t["stopped"] for name, t in tables.items() if t.get("stopped")}
+        self.stopped = self.sink.stopped_tables()
         self.partition_ts = json.loads(state.get("partition_ts") or "{}")
         self.resolved_ts = json.loads(state.get("resolved_ts") or "{}")
         self.held_batch = state.get("held_batch")
@@ -546,6 +546,7 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
     for run in runs:
         run.finish(summary)
         run.applier.sink.expire_tombstones()
+        summary.stopped.update(run.applier.sink.stopped_tables())
     summary.signalled = stop.is_set()
     return summary
 

@@ -635,13 +635,18 @@ def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_
     dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
     assert sorted(d["offset"] for d in dead) == [2, 3, 4, 5]
     assert all("table shop.users stopped" in d["reason"] for d in dead)
-    # It stays stopped: a later batch's changes of it are dead letters too.
-    write_records(tmp_path / "in" / "3.jsonl", records([change(UPDATE, 40, 1, version=9, before_version=3),
+    assert summary.stopped == stopped
+    # It stays stopped, also past a batch that did not read it: a later batch's changes of it are dead letters too.
+    write_records(tmp_path / "in" / "3.jsonl", records([change(INSERT, 35, 3, table="audit")], start_offset=6))
+    assert run(spark, tmp_path / "in", tmp_path / "lake").stopped == stopped
+    write_records(tmp_path / "in" / "4.jsonl", records([change(UPDATE, 40, 1, version=9, before_version=3),
                                                         change(UPDATE, 41, 1, version=10, before_version=9)],
                                                        start_offset=7))
-    run(spark, tmp_path / "in", tmp_path / "lake")
+    assert run(spark, tmp_path / "in", tmp_path / "lake").stopped == stopped
     dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
     assert sorted(d["offset"] for d in dead) == [2, 3, 4, 5, 7, 8]
+    assert lake_rows(str(lake), "shop", "users")["[1]"]["name"] == "user 1 v0"
+    assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[1]", "[2]", "[3]"]
 
 
 def test_a_later_batch_with_shorter_values_keeps_the_wider_lake_type(spark, tmp_path):

@@ -160,6 +160,24 @@ class DeltaSink:  # implements sinks.base.Sink
             return None
         return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
 
+    def stopped_tables(self) -> dict[str, str]:
+        """The tables this pipeline has stopped, and why, by the last progress row that names each: a row names the
+        tables its batch read, so the last row alone forgot a stopped table that the last batch did not read, and
+        the next run applied that table's changes again, past the ones it had sent to the dead letters."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return {}
+        rows = read_table(table, ["pipeline", "batch", "tables"])
+        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline)).sort_by("batch")
+        stopped: dict[str, str] = {}
+        for text in rows["tables"].to_pylist():
+            for name, state in json.loads(text or "{}").items():
+                if state.get("stopped"):
+                    stopped[name] = state["stopped"]
+                else:
+                    stopped.pop(name, None)
+        return stopped
+
     def progress_since(self, batch: int) -> list[dict[str, Any]]:
         """This pipeline's progress rows from ``batch`` on, in batch order."""
         table = self._open(self.internal_uri("progress"))
