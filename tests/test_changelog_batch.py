@@ -132,11 +132,29 @@ def test_an_offset_names_its_file_within_the_input_however_the_input_is_spelled(
     for spelled in (str(tmp_path), relative, f"{relative}/./"):
         listed = files.list_files(spelled)
         end, _ = files.plan_range(listed, counter, {"file": "", "line": 0}, 3)
-        assert end == {"file": "b.jsonl", "line": 1}
+        assert end == {"file": "b.jsonl", "line": 1, "files": 2}
         # An offset saved as an earlier version saved it, the path as that run spelled the input.
         for saved in ({"file": "a.jsonl", "line": 2}, {"file": f"elsewhere/{tmp_path.name}/a.jsonl", "line": 2}):
             assert files.plan_range(listed, counter, saved, None) == (
-                {"file": "b.jsonl", "line": 2}, [(listed[1], 0, 2)])
+                {"file": "b.jsonl", "line": 2, "files": 2}, [(listed[1], 0, 2)])
+        # Nothing new: the same offset back, as it was spelled (another would make Spark plan an empty batch).
+        done = {"file": f"elsewhere/{tmp_path.name}/b.jsonl", "line": 2}
+        assert files.plan_range(listed, counter, done, None) == (done, [])
+
+
+def test_files_that_arrive_out_of_name_order_are_counted_as_never_read(tmp_path):
+    for name in ("b.jsonl", "c.jsonl"):
+        (tmp_path / name).write_bytes(b"{}\n")
+    counter = files.LineCounter(complete_only=False)
+    end, _ = files.plan_range(files.list_files(str(tmp_path)), counter, {"file": "", "line": 0}, None)
+    assert end == {"file": "c.jsonl", "line": 1, "files": 2}
+    assert files.late_files(files.list_files(str(tmp_path)), end) == 0
+    (tmp_path / "a.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "d.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "records").mkdir()
+    assert files.late_files(files.list_files(str(tmp_path)), end) == 1
+    assert files.late_files(files.list_files(str(tmp_path)), {"file": "c.jsonl", "line": 1}) == 0  # an older offset
+    assert files.subdirectories(str(tmp_path)) == ["records"]
 
 
 def test_a_file_is_of_the_kind_its_first_whole_line_says():

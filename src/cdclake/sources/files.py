@@ -223,7 +223,27 @@ def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
             budget -= stop - first
             if budget <= 0:
                 break
+    if position(end) == (start_name, start_line):
+        return dict(start), segments  # the same offset: another spelling of it would make Spark plan an empty batch
+    # How many files sort up to the end: a later count above it says files arrived out of order (see late_files).
+    end["files"] = sum(1 for name in files if os.path.basename(name) <= end["file"])
     return end, segments
+
+
+def late_files(files: list[str], offset: dict[str, Any]) -> int:
+    """How many files sort up to the offset's file beyond those that did when it was made: they arrived after the
+    input had moved past their place, so they are never read."""
+    if "files" not in offset:
+        return 0
+    name, _ = position(offset)
+    return sum(1 for listed in files if os.path.basename(listed) <= name) - offset["files"]
+
+
+def subdirectories(path: str) -> list[str]:
+    """The directories in an input directory, which are not read (a parent directory given by mistake, say)."""
+    root = Path(path)
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))) if (
+        root.is_dir()) else []
 
 
 def partitions(path: str) -> list[tuple[str, int]]:

@@ -10,6 +10,7 @@ import bisect
 import dataclasses
 import itertools
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +26,8 @@ from cdclake.sources import files
 from cdclake.sources import kafka as K
 from cdclake.spark import changelog as CL
 from cdclake.spark.changelog import RECORD_SCHEMA
+
+logger = logging.getLogger(__name__)
 
 START = {"file": "", "line": 0}
 
@@ -190,6 +193,7 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.initial = json.loads(options["startingOffset"]) if options.get("startingOffset") else dict(START)
         self._last_end = dict(self.initial)
         self._target: dict | None = None
+        self._warned: set[tuple] = set()
 
     def initialOffset(self) -> dict:
         return dict(self.initial)
@@ -202,17 +206,33 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_rows = None  # ReadAllAvailable: the engine asks for everything
         elif limit is None:
             max_rows = self.limit or None
-        end, _ = files.plan_range(files.list_files(self.path), self.counter, begin, max_rows)
+        listed = files.list_files(self.path)
+        self._warn_of_unread(listed, begin)
+        end, _ = files.plan_range(listed, self.counter, begin, max_rows)
         if self._target is not None and files.position(end) > files.position(self._target):
             end = max(self._target, begin, key=files.position)  # nothing past the input seen at start
         self._last_end = end
         return end
 
+    def _warn_of_unread(self, listed: list[str], begin: dict) -> None:
+        """Says (once each) what of the input is never read: files that arrived after the input moved past their
+        place, and directories."""
+        late = files.late_files(listed, begin)
+        if late > 0 and ("late", late) not in self._warned:
+            self._warned.add(("late", late))
+            logger.warning("%s: %d file(s) arrived that sort before %s, where this input's reading stands: they are "
+                           "not read (files must arrive in name order; give them names that sort after it)",
+                           self.path, late, files.position(begin)[0])
+        directories = files.subdirectories(self.path)
+        if directories and ("directories", tuple(directories)) not in self._warned:
+            self._warned.add(("directories", tuple(directories)))
+            logger.warning("%s: the directories in it are not read: %s", self.path, ", ".join(directories))
+
     def prepareForTriggerAvailableNow(self) -> None:
         # From any start, everything there is ends at the last file's last line: only that file is counted.
         names = files.list_files(self.path)
-        self._target = ({"file": os.path.basename(names[-1]), "line": self.counter.count(names[-1])} if names
-                        else dict(START))
+        self._target = ({"file": os.path.basename(names[-1]), "line": self.counter.count(names[-1]),
+                         "files": len(names)} if names else dict(START))
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self.limit) if self.limit else ReadAllAvailable()
