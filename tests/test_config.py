@@ -98,6 +98,37 @@ def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, mo
     assert "table shop.users is STOPPED, its records go to the dead letters: a narrowing type change" in result.output
 
 
+@pytest.mark.parametrize(("failure", "said"), [
+    # Spark writing its offset log into a lake on a read-only mount (as it printed it, then 120 lines more).
+    ("[STREAM_FAILED] Query [id = 9] terminated with exception: /l/_cdclake/checkpoints/default/main/spark/offsets/"
+     ".1.3281f4db.tmp (Read-only file system) SQLSTATE: XXKST\n=== Streaming Query ===",
+     "cannot write /l/_cdclake/checkpoints/default/main/spark/offsets/.1.3281f4db.tmp: Read-only file system"),
+    # delta-rs on the same mount, and on a full disk.
+    ('Could not create local directory: ro/lake/x/y\nError: Os { code: 30, kind: ReadOnlyFilesystem, message: '
+     '"Read-only file system" }', "cannot write ro/lake/x/y: Read-only file system"),
+    ("Generic LocalFileSystem error: Unable to open file /d/shop/t/part-1.parquet: No space left on device (os error "
+     "28)", "cannot write /d/shop/t/part-1.parquet: No space left on device"),
+])
+def test_a_run_the_machine_refuses_to_write_says_where_and_why_in_a_line(tmp_path, monkeypatch, failure, said):
+    from typer.testing import CliRunner
+
+    from cdclake import pipeline
+    from cdclake.cli import app
+
+    def run(config, progress=None):
+        raise RuntimeError(failure)
+
+    monkeypatch.setattr(pipeline, "run", run)
+    (tmp_path / "in").mkdir()
+    result = CliRunner().invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+                                      "--lake", str(tmp_path / "lake")])
+    assert (result.exit_code, result.output) == (2, f"cdclake: {said}\n")
+    # Any other failure is not dressed up as one.
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: 1 / 0)
+    assert isinstance(CliRunner().invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+                                               "--lake", str(tmp_path / "lake")]).exception, ZeroDivisionError)
+
+
 @pytest.mark.parametrize(("spark", "message"), [
     ('mastr = "spark://x:7077"', "[spark] unknown key(s) mastr (known: conf, master, remote)"),
     ('confg = { "spark.executor.memory" = "8g" }', "[spark] unknown key(s) confg"),

@@ -171,6 +171,7 @@ def run(
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
+    from cdclake.pipeline import file_system_problem
     from cdclake.pipeline import run as run_pipeline
 
     def show(report) -> None:  # noqa: ANN001 - a BatchReport; imported lazily with Spark
@@ -190,6 +191,11 @@ def run(
         summary = run_pipeline(cfg, progress=show)
     except (ValueError, KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        problem = file_system_problem(exc)
+        if problem is None:
+            raise
+        raise _fail(f"cannot write {problem}") from None
     # A signal is how a following run ends; a run that was to stop once caught up exits as interrupted (130), though
     # the batch the signal found was finished: running it again reads what it left, if anything.
     interrupted = summary.signalled and not cfg.follow

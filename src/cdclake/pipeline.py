@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -740,6 +741,24 @@ def _raise_failure(query: Any, run: _SourceRun) -> None:
     failure = query.exception()
     if failure is not None and not _declined(failure):
         raise RuntimeError(f"source {run.read.source.name} failed: {failure}")
+
+
+# How the JVM and delta-rs say the machine refused to write a file: the user can fix that, and a traceback does not
+# help with it. Each names the path before the reason ("PATH (Read-only file system)", "directory: PATH\nError: Os
+# { …, message: \"Read-only file system\" }").
+_REFUSED = re.compile("Read-only file system|Permission denied|No space left on device|Disk quota exceeded")
+_PATH = re.compile(r"[\w.~-]*/[\w./~-]+")
+
+
+def file_system_problem(failure: BaseException) -> str | None:
+    """"PATH: REASON" when a run failed because the machine refused to write a file of the lake or the checkpoint;
+    None for any other failure."""
+    text = str(failure)
+    refused = _REFUSED.search(text)
+    if refused is None:
+        return None
+    paths = _PATH.findall(text, 0, refused.start())
+    return f"{paths[-1] if paths else 'a file'}: {refused[0]}"
 
 
 def _declined(failure: Exception) -> bool:
