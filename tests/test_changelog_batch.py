@@ -473,7 +473,7 @@ def test_memory_stays_bounded_by_flushing_the_newest_changes_early():
     fmt = formats.create("canal-json", {"flavour": "tidb"})
     from cdclake.spark import changelog as CL
 
-    task = CL._Task(fmt, reduce=True, max_held=20)
+    task = CL._Task(fmt, reduce=True, max_held_bytes=20_000)
     rows = [r for b in [*task.add(generated.records[:250]), *task.add(generated.records[250:]), *task.finish()]
             for r in b.to_pylist()]
     assert task.held == []
