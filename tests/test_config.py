@@ -186,3 +186,27 @@ def test_run_turns_a_bad_pipeline_file_into_one_line_and_exit_2(tmp_path, text, 
     result = CliRunner().invoke(app, ["run", str(path)])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("cdclake: ") and result.output.count("\n") == 1 and message in result.output
+
+
+@pytest.mark.parametrize("format_name", ["canal-json", "ticdc-open", "ticdc-avro"])
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "UTC+8", "+ab", "+25", "America", "../etc/passwd"])
+def test_a_bad_timestamp_zone_is_a_value_error_that_names_the_option_and_the_forms_accepted(format_name, zone):
+    from cdclake import formats
+    from cdclake import values as V
+
+    with pytest.raises(ValueError) as raised:
+        formats.create(format_name, {"timestamp-zone": zone})
+    assert str(raised.value) == f"{format_name}: option timestamp-zone takes {V.ZONE_FORMS}, not {zone!r}"
+
+
+@pytest.mark.parametrize("format_name", ["canal-json", "ticdc-open"])
+def test_cli_rejects_a_bad_timestamp_zone_in_one_line(tmp_path, format_name):
+    from typer.testing import CliRunner
+
+    from cdclake import values as V
+    from cdclake.cli import app
+
+    result = CliRunner().invoke(app, ["decode", "--format", format_name, "-o", "timestamp-zone=UTC+8",
+                                      str(tmp_path / "none.jsonl")])
+    assert result.exit_code == 2
+    assert result.output == f"cdclake: {format_name}: option timestamp-zone takes {V.ZONE_FORMS}, not 'UTC+8'\n"
