@@ -508,7 +508,13 @@ class _SourceRun:
 
     def finish(self, summary: RunSummary) -> None:
         self.poll()
-        summary.batches.extend(self.reports.reports if self.reports else self.applier.summary.batches)
+        batches = self.reports.reports if self.reports else self.applier.summary.batches
+        summary.batches.extend(batches)
+        # The tables stopped before the run (as the applier found them when made here; a local one adds its own
+        # stops), and those its batches stopped: no read of the lake as the run ends.
+        summary.stopped.update(self.applier.stopped)
+        for report in batches:
+            summary.stopped.update(report.stopped)
 
 
 def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfig,
@@ -547,7 +553,6 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
     for run in runs:
         run.finish(summary)
         run.applier.sink.expire_tombstones()
-        summary.stopped.update(run.applier.sink.stopped_tables())
     summary.signalled = stop.is_set()
     return summary
 
