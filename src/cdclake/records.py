@@ -15,6 +15,7 @@ A file is a captured-records file when its first non-empty line is a JSON object
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -82,21 +83,22 @@ def is_captured_line(line: bytes) -> bool:
 KIND_LINES = 8
 
 
+def is_json(line: bytes) -> bool:
+    """Whether a line is whole JSON, as every line of a captured-records or message file is unless it was cut."""
+    try:
+        msgspec.json.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False
+    return True
+
+
 def is_captured_file(lines: Iterable[bytes]) -> bool:
     """Whether a file's lines (in order, newlines stripped) are captured records, by its first non-empty line that
     is whole JSON: a captured-records file whose first line was cut (a copy begun mid-record) is still one, and only
     that line is unreadable. Without such a line among the first KIND_LINES, by the first non-empty line."""
-    first: bytes | None = None
-    for seen, line in enumerate(line for line in lines if line.strip()):
-        if seen == KIND_LINES:
-            break
-        first = line if first is None else first
-        try:
-            msgspec.json.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            continue
-        return is_captured_line(line)
-    return first is not None and is_captured_line(first)
+    first = list(itertools.islice((line for line in lines if line.strip()), KIND_LINES))
+    whole = next((line for line in first if is_json(line)), first[0] if first else b"")
+    return is_captured_line(whole)
 
 
 def parse_captured_line(line: bytes) -> Record:

@@ -164,19 +164,24 @@ class DeltaSink:  # implements sinks.base.Sink
         """The tables this pipeline has stopped, and why, by the last progress row that names each: a row names the
         tables its batch read, so the last row alone forgot a stopped table that the last batch did not read, and
         the next run applied that table's changes again, past the ones it had sent to the dead letters."""
-        table = self._open(self.internal_uri("progress"))
-        if table is None:
-            return {}
-        rows = read_table(table, ["pipeline", "batch", "tables"])
-        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline)).sort_by("batch")
         stopped: dict[str, str] = {}
-        for text in rows["tables"].to_pylist():
-            for name, state in json.loads(text or "{}").items():
+        for tables in self._table_history():
+            for name, state in tables.items():
                 if state.get("stopped"):
                     stopped[name] = state["stopped"]
                 else:
                     stopped.pop(name, None)
         return stopped
+
+    def _table_history(self) -> list[dict[str, Any]]:
+        """The ``tables`` of each of this pipeline's progress rows, in batch order: what each batch did to each table
+        it read."""
+        table = self._open(self.internal_uri("progress"))
+        if table is None:
+            return []
+        rows = read_table(table, ["pipeline", "batch", "tables"])
+        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline)).sort_by("batch")
+        return [json.loads(text or "{}") for text in rows["tables"].to_pylist()]
 
     def progress_since(self, batch: int) -> list[dict[str, Any]]:
         """This pipeline's progress rows from ``batch`` on, in batch order."""
@@ -205,13 +210,9 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def written_tables(self) -> set[tuple[str, str]]:
         """Every table this pipeline's batches have changed, by its progress rows."""
-        table = self._open(self.internal_uri("progress"))
-        if table is None:
-            return set()
-        rows = read_table(table, ["pipeline", "tables"])
         found: set[tuple[str, str]] = set()
-        for text in rows.filter(pc.equal(rows["pipeline"], self.pipeline))["tables"].to_pylist():
-            for name in json.loads(text or "{}"):
+        for tables in self._table_history():
+            for name in tables:
                 database, _, table_name = name.partition(".")
                 found.add((database, table_name))
         return found

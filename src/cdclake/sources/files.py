@@ -32,6 +32,7 @@ from cdclake.records import (
     Record,
     RecordFileError,
     is_captured_file,
+    is_json,
     parse_captured_line,
     parse_captured_lines,
 )
@@ -78,7 +79,8 @@ def _lines(data: bytes, complete_only: bool) -> list[bytes]:
 def _counted(last: bytes, complete_only: bool) -> bool:
     """Whether a file's last line, without its newline, is read: in follow, never yet (its writer may be at work);
     otherwise when it is whole (see :func:`_whole_last_line`)."""
-    return not complete_only and _whole(last.rstrip(b"\r"))
+    line = last.rstrip(b"\r")
+    return not complete_only and (not line.strip() or is_json(line))
 
 
 class _Scan(msgspec.Struct, frozen=True):
@@ -165,15 +167,6 @@ def _whole_last_line(name: str, size: int) -> bool:
 TAIL_BLOCK = 1 << 16
 
 
-def _whole(line: bytes) -> bool:
-    """A line without its newline is whole when it parses as JSON (or holds nothing to read)."""
-    if not line.strip():
-        return True
-    try:
-        msgspec.json.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return False
-    return True
 
 
 def _count_blocks(name: str, begin: int, end: int) -> list[tuple[int, int, int]]:
@@ -225,18 +218,20 @@ def plan_range(files: list[str], counter: LineCounter, start: dict[str, Any],
                 break
     if position(end) == (start_name, start_line):
         return dict(start), segments  # the same offset: another spelling of it would make Spark plan an empty batch
-    # How many files sort up to the end: a later count above it says files arrived out of order (see late_files).
-    end["files"] = sum(1 for name in files if os.path.basename(name) <= end["file"])
+    # A later count above this one says files arrived out of order (see late_files).
+    end["files"] = files_up_to(files, end["file"])
     return end, segments
+
+
+def files_up_to(files: list[str], name: str) -> int:
+    """How many of the files sort up to the one named ``name`` (within the input), that one included."""
+    return sum(1 for listed in files if os.path.basename(listed) <= name)
 
 
 def late_files(files: list[str], offset: dict[str, Any]) -> int:
     """How many files sort up to the offset's file beyond those that did when it was made: they arrived after the
     input had moved past their place, so they are never read."""
-    if "files" not in offset:
-        return 0
-    name, _ = position(offset)
-    return sum(1 for listed in files if os.path.basename(listed) <= name) - offset["files"]
+    return files_up_to(files, position(offset)[0]) - offset["files"] if "files" in offset else 0
 
 
 def subdirectories(path: str) -> list[str]:
@@ -251,11 +246,12 @@ def partitions(path: str) -> list[tuple[str, int]]:
     files name theirs; a message-per-line file is a partition of its own (topic = file name, partition 0)."""
     found: set[tuple[str, int]] = set()
     for name in list_files(path):
-        if not _is_captured(name):
-            if _first_lines(name, 1):
+        lines = _first_lines(name, KIND_LINES)
+        if not is_captured_file(lines):
+            if lines:
                 found.add((Path(name).name, 0))
             continue
-        for line in _first_lines(name, KIND_LINES):
+        for line in lines:
             try:
                 record = parse_captured_line(line)
             except RecordFileError:

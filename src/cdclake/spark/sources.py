@@ -231,8 +231,9 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         # From any start, everything there is ends at the last file's last line: only that file is counted.
         names = files.list_files(self.path)
-        self._target = ({"file": os.path.basename(names[-1]), "line": self.counter.count(names[-1]),
-                         "files": len(names)} if names else dict(START))
+        last = os.path.basename(names[-1]) if names else ""
+        self._target = ({"file": last, "line": self.counter.count(names[-1]), "files": files.files_up_to(names, last)}
+                        if names else dict(START))
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self.limit) if self.limit else ReadAllAvailable()
