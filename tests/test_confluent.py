@@ -1,18 +1,14 @@
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import pickle
 import re
 import socket
-import threading
 import uuid
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +16,7 @@ from hypothesis import strategies as st
 
 from cdclake import confluent
 from cdclake.confluent import (
+    ApicurioId,
     DirectoryRegistry,
     GlueRegistry,
     HttpRegistry,
@@ -35,6 +32,7 @@ from cdclake.confluent import (
 )
 from cdclake.formats.base import DecodeError
 from tests import glue
+from tests.registries import FakeRegistry
 
 SCHEMA = {
     "type": "record",
@@ -46,88 +44,6 @@ SCHEMA = {
     ],
 }
 SCHEMA_2 = {**SCHEMA, "fields": [*SCHEMA["fields"], {"default": 0, "name": "extra", "type": "long"}]}
-
-
-class FakeRegistry:
-    """A Confluent-compatible schema registry on 127.0.0.1: the endpoints confluent-kafka's client calls,
-    optional basic auth, Confluent's error codes. It records every request for assertions."""
-
-    def __init__(self, auth: tuple[str, str] | None = None) -> None:
-        self.auth = auth
-        self.schemas: dict[int, str] = {}
-        self.subjects: dict[str, list[int]] = {}
-        self.requests: list[tuple[str, str]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _reply(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _authorised(self) -> bool:
-                if outer.auth is None:
-                    return True
-                expected = "Basic " + base64.b64encode(":".join(outer.auth).encode()).decode()
-                if self.headers.get("Authorization") == expected:
-                    return True
-                self._reply(401, {"error_code": 40101, "message": "Unauthorized"})
-                return False
-
-            def do_GET(self) -> None:
-                outer.requests.append(("GET", self.path))
-                if not self._authorised():
-                    return
-                parts = self.path.split("?")[0].strip("/").split("/")
-                if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
-                    text = outer.schemas.get(int(parts[2]))
-                    if text is None:
-                        self._reply(404, {"error_code": 40403, "message": "Schema not found"})
-                    else:
-                        self._reply(200, {"schema": text})
-                    return
-                self._reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
-
-            def do_POST(self) -> None:
-                outer.requests.append(("POST", self.path))
-                if not self._authorised():
-                    return
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                parts = self.path.split("?")[0].strip("/").split("/")
-                if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-                    text = body["schema"]
-                    canonical = json.dumps(json.loads(text), sort_keys=True)
-                    found = [
-                        i for i, t in outer.schemas.items() if json.dumps(json.loads(t), sort_keys=True) == canonical
-                    ]
-                    schema_id = found[0] if found else len(outer.schemas) + 1
-                    outer.schemas[schema_id] = text
-                    outer.subjects.setdefault(parts[1], []).append(schema_id)
-                    self._reply(200, {"id": schema_id})
-                    return
-                self._reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    def url(self, userinfo: str = "") -> str:
-        return f"http://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}"
-
-    def __enter__(self) -> FakeRegistry:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -170,7 +86,7 @@ def test_unframe_rejects_wrong_magic():
 
 def test_a_message_of_apicurio_native_framing_says_how_to_make_its_producer_write_confluents():
     # Apicurio's default: the bare datum, the schema id in a Kafka header; the datum may start anywhere.
-    with pytest.raises(DecodeError, match=r"first byte is 0x02.*Apicurio Registry.*as-confluent=true"):
+    with pytest.raises(DecodeError, match=r"first byte is 0x02.*Apicurio Registry's own framing.*framing=apicurio"):
         unframe(b"\x02\x06abc")
 
 
@@ -307,8 +223,83 @@ def test_http_unknown_id_is_a_decode_error(server):
     with pytest.raises(DecodeError, match=f"schema id 9 is not in schema registry {server.url()}"):
         read_datum(registry, frame(9, b"\x02"))
     # Apicurio's 8-byte ids behind 0x00 (or a bare datum starting 0x00) read as some unknown id.
-    with pytest.raises(DecodeError, match=r"schema id 0 is not in schema registry .*Apicurio.*headers.enabled=false"):
+    with pytest.raises(DecodeError, match=r"schema id 0 is not in schema registry .*Apicurio.*framing=apicurio"):
         read_datum(registry, b"\x00" + (7).to_bytes(8, "big") + b"\x02")
+
+
+# --- Apicurio Registry's own framing (debezium.md §3) -------------------------------------------------
+
+
+def _long(number: int) -> bytes:
+    return number.to_bytes(8, "big", signed=True)
+
+
+@given(st.integers(1, 2**63 - 1), st.binary(max_size=32), st.sampled_from(["key", "value"]),
+       st.sampled_from(["globalId", "contentId"]))
+@settings(max_examples=200)
+def test_an_apicurio_id_in_a_header_leaves_the_value_the_bare_datum(number, datum, part, kind):
+    headers = [("other", b"x"), (f"apicurio.{part}.{kind}", _long(number))]
+    schema_id, readable = confluent.apicurio_framed(datum, headers, part)
+    assert schema_id == ApicurioId(kind, number) and readable[confluent.HEADER_SIZE:] == datum
+
+
+@given(st.integers(1, 2**63 - 1), st.binary(max_size=32))
+@settings(max_examples=200)
+def test_an_apicurio_id_in_eight_bytes_is_a_global_id(number, datum):
+    # Apicurio 2.x (its Kafka Connect converter too): 0x00, the id as a big-endian long, the datum.
+    data = b"\x00" + _long(number) + datum
+    if number < 2**32:  # else its first 4 bytes are not zero, and it reads as 4-byte id (Apicurio reads it so too)
+        schema_id, readable = confluent.apicurio_framed(data, [], "value")
+        assert schema_id == ApicurioId("globalId", number) and readable[confluent.HEADER_SIZE:] == datum
+        assert confluent.apicurio_framed(data, [], "value", "contentId")[0] == ApicurioId("contentId", number)
+
+
+@given(st.integers(1, 2**31 - 1), st.binary(max_size=32))
+@settings(max_examples=200)
+def test_an_apicurio_id_in_four_bytes_is_a_content_id(number, datum):
+    # Apicurio 3.x: Confluent's layout, with a content id
+    schema_id, readable = confluent.apicurio_framed(frame(number, datum), [], "key")
+    assert schema_id == ApicurioId("contentId", number) and readable[confluent.HEADER_SIZE:] == datum
+    assert confluent.apicurio_framed(frame(number, datum), [], "key", "globalId")[0] == ApicurioId("globalId", number)
+
+
+@pytest.mark.parametrize(("data", "headers", "reason"), [
+    (b"\x02\x04", [], r"no header apicurio.value.globalId or .contentId, and the value does not start with"),
+    (b"\x00\x00\x00", [], r"does not start with Apicurio's magic byte 0x00 and an id"),
+    (b"\x00\x00\x00\x00\x00\x01", [], r"shorter than Apicurio's 9-byte header"),
+    (b"\x02", [("apicurio.value.globalId", b"\x01")], r"header apicurio.value.globalId holds 1 byte\(s\)"),
+    (b"\x02", [("apicurio.value.contentId", _long(3)), ("apicurio.value.encoding", b"JSON")],
+     r"apicurio.value.encoding says b'JSON': only Avro's BINARY encoding is read"),
+    (b"\x02", [("apicurio.key.globalId", _long(3))], r"no header apicurio.value.globalId"),  # the key's, not ours
+])
+def test_bad_apicurio_framing_is_a_decode_error(data, headers, reason):
+    with pytest.raises(DecodeError, match=reason):
+        confluent.apicurio_framed(data, headers, "value")
+
+
+@pytest.mark.parametrize("path", ["", "/apis/registry/v2", "/apis/registry/v3/"])
+def test_http_registry_reads_apicurio_ids_from_its_core_api(secured, path):
+    text = json.dumps(SCHEMA)
+    secured.apicurio.update({ApicurioId("globalId", 42): text, ApicurioId("contentId", 7): json.dumps(SCHEMA_2)})
+    registry = HttpRegistry(secured.url("alice:s3cr%3Aet") + path)
+    assert registry.raw_schema(ApicurioId("globalId", 42)) == SCHEMA
+    assert registry.raw_schema(ApicurioId("contentId", 7)) == SCHEMA_2
+    registry.schema(ApicurioId("globalId", 42))  # cached: no request
+    api = path.rstrip("/") or "/apis/registry/v2"
+    assert [r for r in secured.requests] == [("GET", f"{api}/ids/globalIds/42"), ("GET", f"{api}/ids/contentIds/7")]
+    with pytest.raises(DecodeError, match=f"schema id globalId 7 is not in schema registry {secured.url()}"
+                                          f"{path.rstrip('/')}. An id in the message's bytes .* option apicurio-id"):
+        registry.schema(ApicurioId("globalId", 7))
+
+
+def test_apicurio_ids_refused_credentials_and_the_ccompat_api_are_registry_errors(secured):
+    with pytest.raises(RegistryError, match=r"refused our credentials \(HTTP 401\) while fetching schema globalId 1"):
+        HttpRegistry(secured.url("alice:wrong")).schema(ApicurioId("globalId", 1))
+    with pytest.raises(RegistryError, match=r"Confluent-compatible API.*give its core API, http://HOST/apis/registry/v2"):
+        HttpRegistry(secured.url() + "/apis/ccompat/v7").schema(ApicurioId("globalId", 1))
+    for registry in (MemoryRegistry(), DirectoryRegistry("/nonexistent")):
+        with pytest.raises(DecodeError, match="comes from an Apicurio registry's framing"):
+            registry.schema(ApicurioId("contentId", 1))
 
 
 def test_http_unreachable_registry_is_a_registry_error(server):
@@ -316,9 +307,10 @@ def test_http_unreachable_registry_is_a_registry_error(server):
     server.server.shutdown()
     server.server.server_close()
     registry = HttpRegistry(f"http://bob:hunter22@127.0.0.1:{port}", retries=0, timeout=2)
-    with pytest.raises(RegistryError, match="could not be reached") as info:
-        registry.schema(1)
-    assert "hunter22" not in str(info.value)
+    for schema_id in (1, ApicurioId("globalId", 1)):
+        with pytest.raises(RegistryError, match="could not be reached") as info:
+            registry.schema(schema_id)
+        assert "hunter22" not in str(info.value)
 
 
 def test_redact_and_bad_urls():

@@ -4,14 +4,19 @@ A framed message is a header naming its writer schema, then one schemaless Avro 
 
 * Confluent's framing: ``0x00`` (magic byte), a 4-byte big-endian schema ID;
 * AWS Glue Schema Registry's: ``0x03`` (header version), a compression byte (0 none, 5 zlib: the datum is
-  then zlib-compressed), the schema version's 16-byte UUID.
+  then zlib-compressed), the schema version's 16-byte UUID;
+* Apicurio Registry's own (:func:`apicurio_framed`, read only when a format is told so, debezium.md §3): the
+  ID in a Kafka header ``apicurio.key|value.globalId|contentId`` (8 bytes, big-endian) and the bare datum as
+  the value; without such a header, ``0x00`` and an 8-byte ID (its 2.x serializers' default: a global ID) or a
+  4-byte one (3.x: a content ID).
 
-A schema ID is therefore an ``int`` (Confluent) or a :class:`uuid.UUID` (Glue). The schema lives in a
-registry, found by ID:
+A schema ID is therefore an ``int`` (Confluent), a :class:`uuid.UUID` (Glue) or an :class:`ApicurioId`. The
+schema lives in a registry, found by ID:
 
 * :class:`HttpRegistry` — a Confluent-compatible REST registry (``http(s)://[user:password@]host[:port]``),
-  spoken through confluent-kafka's ``SchemaRegistryClient``; credentials in the URL become basic auth and
-  never appear in logs, reprs or error messages.
+  spoken through confluent-kafka's ``SchemaRegistryClient``, or Apicurio Registry's core API for an
+  :class:`ApicurioId`; credentials in the URL become basic auth and never appear in logs, reprs or error
+  messages.
 * :class:`GlueRegistry` — the AWS Glue Schema Registry (``glue://REGION[/REGISTRY][?endpoint=URL]``),
   spoken through boto3 with the AWS SDK's own credentials (``pip install 'cdclake[glue]'``).
 * :class:`DirectoryRegistry` — offline: a folder of ``<id>.avsc`` (or ``<uuid>.avsc``) files plus
@@ -26,16 +31,21 @@ run. A registry that cannot be reached or refuses our credentials raises :class:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import io
 import json
 import os
 import struct
+import time
+import urllib.request
 import uuid
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+from urllib.error import HTTPError
 from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 import fastavro
@@ -57,18 +67,37 @@ _HEADER = struct.Struct(">bi")
 # The Avro readers take a datum at HEADER_SIZE: a Glue-framed datum is copied behind these bytes.
 _READABLE_PREFIX = bytes(HEADER_SIZE)
 
-SchemaId = int | uuid.UUID
+class ApicurioId(NamedTuple):
+    """An Apicurio Registry ID: its kind (``globalId``: one schema version; ``contentId``: one schema text,
+    shared by the versions that have it) and its number."""
+
+    kind: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.number}"
+
+
+SchemaId = int | uuid.UUID | ApicurioId
 ParsedSchema = dict[str, Any] | list[Any] | str
+Header = tuple[str, bytes | None]
 
+APICURIO_ID_KINDS = ("globalId", "contentId")
+APICURIO_DEFAULT_API = "/apis/registry/v2"  # served by Apicurio Registry 2.x and 3.x alike
+_LONG = struct.Struct(">q")
+_APICURIO_LONG_ID = HEADER_SIZE + 4
 
-# Apicurio Registry's serializers frame a message as Confluent's do only when told to (debezium.md §3): by default
-# the schema id travels in a Kafka header and the value is the bare datum (its first byte often 0x00, as a null
-# ``before`` is), or, without headers, behind 0x00 and an 8-byte id. Both read as a wrong magic byte or an unknown
-# id, so those errors say what to change.
-APICURIO_NATIVE = ("If the producer used Apicurio Registry, its own framing (the schema id in a Kafka header, or in 8 "
-                   "bytes) is not read: set its serializer's apicurio.registry.as-confluent=true and "
-                   "apicurio.registry.headers.enabled=false, and the registry option to its Confluent-compatible API "
-                   "(http://HOST/apis/ccompat/v7)")
+# Apicurio Registry's serializers frame a message as Confluent's do only when told to (debezium.md §3): its 2.x
+# Kafka Connect converter writes 0x00 and an 8-byte id, its serializers with headers enabled the bare datum (its
+# first byte often 0x00, as a null ``before`` is). Both read as a wrong magic byte or an unknown id under
+# Confluent's framing, so those errors say what to change.
+APICURIO_NATIVE = ("If the producer used Apicurio Registry's own framing (the schema id in a Kafka header, or in 8 "
+                   "bytes), set the option framing=apicurio and the registry option to the producer's "
+                   "apicurio.registry.url (http://HOST/apis/registry/v2)")
+
+APICURIO_KIND_HINT = (". An id in the message's bytes is taken for a globalId in 8 bytes and a contentId in 4, as "
+                      "Apicurio's serializers write by default: the option apicurio-id names its kind "
+                      "(the producer's apicurio.registry.use-id)")
 
 
 class RegistryError(RuntimeError):
@@ -103,6 +132,39 @@ def header_id(data: bytes) -> SchemaId:
         raise DecodeError(f"first byte is 0x{data[0]:02x}, neither the Confluent magic byte 0x00 nor the AWS Glue "
                           f"header version 0x03. {APICURIO_NATIVE}")
     return _HEADER.unpack_from(data)[1]
+
+
+def apicurio_framed(data: bytes, headers: Sequence[Header], part: str, id_kind: str = "auto"
+                    ) -> tuple[ApicurioId, bytes]:
+    """The schema ID of a key or value (``part``) framed by Apicurio Registry's serializers, and the message as
+    the Avro readers take it (see :func:`readable`). A header ``apicurio.<part>.globalId`` or ``.contentId``
+    names the ID and leaves the value the bare datum; Apicurio's deserializers read headers first too. Without
+    one, the value is ``0x00`` and an ID of 8 bytes or 4, told apart as Apicurio's OptimisticFallbackIdHandler
+    does: 4 zero bytes cannot start a 4-byte ID (IDs start at 1), and must start an 8-byte ID below 2**32. Such an
+    ID's kind is ``id_kind``, or with ``auto`` the default of the serializers that write that size: a global ID
+    in 8 bytes (2.x), a content ID in 4 (3.x)."""
+    if data is None:
+        raise DecodeError("no data: an Apicurio-framed Avro message was expected")
+    for kind in APICURIO_ID_KINDS:
+        name = f"apicurio.{part}.{kind}"
+        value = next((v for n, v in headers if n == name), None)
+        if value is None:
+            continue
+        if len(value) != _LONG.size:
+            raise DecodeError(f"header {name} holds {len(value)} byte(s), not the 8 of a big-endian long")
+        encoding = next((v for n, v in headers if n == f"apicurio.{part}.encoding"), None)
+        if encoding not in (None, b"BINARY"):
+            raise DecodeError(f"header apicurio.{part}.encoding says {encoding!r}: only Avro's BINARY encoding is read")
+        return ApicurioId(kind, _LONG.unpack(value)[0]), _READABLE_PREFIX + data
+    if len(data) < HEADER_SIZE or data[0] != MAGIC:
+        raise DecodeError(f"no header apicurio.{part}.globalId or .contentId, and the {part} does not start with "
+                          f"Apicurio's magic byte 0x00 and an id: not Apicurio-framed")
+    if data[1:HEADER_SIZE] != bytes(4):
+        return ApicurioId("contentId" if id_kind == "auto" else id_kind, _HEADER.unpack_from(data)[1]), data
+    if len(data) < _APICURIO_LONG_ID:
+        raise DecodeError(f"message of {len(data)} byte(s) is shorter than Apicurio's 9-byte header")
+    kind = "globalId" if id_kind == "auto" else id_kind
+    return ApicurioId(kind, _LONG.unpack_from(data, 1)[0]), data[_APICURIO_LONG_ID - HEADER_SIZE:]
 
 
 def readable(data: bytes) -> bytes:
@@ -199,12 +261,14 @@ class _CachingRegistry:
         raw = self._raw.get(schema_id)
         if raw is None:
             if not isinstance(schema_id, self.id_kinds):
-                framing = "an AWS Glue" if isinstance(schema_id, uuid.UUID) else "a Confluent"
+                framing = ("an AWS Glue" if isinstance(schema_id, uuid.UUID) else
+                           "an Apicurio" if isinstance(schema_id, ApicurioId) else "a Confluent")
                 raise DecodeError(f"schema id {schema_id} comes from {framing} registry's framing, which "
                                   f"{self.describe()} does not hold: set the registry option to the producer's")
             text = self._fetch(schema_id)
             if text is None:
-                raise DecodeError(f"schema id {schema_id} is not in {self.describe()}{self.unknown_id_hint}")
+                hint = APICURIO_KIND_HINT if isinstance(schema_id, ApicurioId) else self.unknown_id_hint
+                raise DecodeError(f"schema id {schema_id} is not in {self.describe()}{hint}")
             try:
                 raw = json.loads(text)
             except ValueError as exc:
@@ -330,9 +394,12 @@ class DirectoryRegistry(_CachingRegistry):
 
 
 class HttpRegistry(_CachingRegistry):
-    """A Confluent-compatible REST registry. ``user:password@`` in the URL becomes basic auth; the URL is
-    kept and shown only without it."""
+    """A Confluent-compatible REST registry, or Apicurio Registry's core API for an :class:`ApicurioId` (the URL
+    its serializers' ``apicurio.registry.url`` names: ``http://HOST/apis/registry/v2`` or ``/v3``; a URL without
+    a path gets ``/apis/registry/v2``). ``user:password@`` in the URL becomes basic auth; the URL is kept and
+    shown only without it."""
 
+    id_kinds = (int, ApicurioId)
     unknown_id_hint = f". {APICURIO_NATIVE}"
 
     def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 2) -> None:
@@ -364,9 +431,11 @@ class HttpRegistry(_CachingRegistry):
             self._client = SchemaRegistryClient(conf)
         return self._client
 
-    def _fetch(self, schema_id: int) -> str | None:
+    def _fetch(self, schema_id: SchemaId) -> str | None:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+        if isinstance(schema_id, ApicurioId):
+            return self._fetch_apicurio(schema_id)
         try:
             return self._sr().get_schema(schema_id).schema_str
         except SchemaRegistryError as exc:
@@ -375,6 +444,32 @@ class HttpRegistry(_CachingRegistry):
             raise RegistryError(self._explain(exc, f"fetching schema id {schema_id}")) from None
         except Exception as exc:
             raise RegistryError(self._explain(exc, f"fetching schema id {schema_id}")) from None
+
+    def _fetch_apicurio(self, schema_id: ApicurioId) -> str | None:
+        """The schema text by Apicurio's ``GET /ids/globalIds/N`` or ``/ids/contentIds/N``, which answer it as is."""
+        path = urlsplit(self.url).path
+        if "/apis/ccompat/" in f"{path}/":
+            raise RegistryError(f"{self.describe()} is Apicurio's Confluent-compatible API, which does not know "
+                                f"{schema_id.kind}s of Apicurio's own framing: give its core API, "
+                                f"http://HOST{APICURIO_DEFAULT_API}")
+        request = urllib.request.Request(f"{self.url}{'' if path else APICURIO_DEFAULT_API}/ids/{schema_id.kind}s/"
+                                         f"{schema_id.number}", headers={"Accept": "*/*"})
+        if self._auth is not None:
+            request.add_header("Authorization", "Basic " + base64.b64encode(self._auth.encode()).decode())
+        for attempt in range(self.retries + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                    return answer.read().decode("utf-8")
+            except HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code < 500 or attempt == self.retries:
+                    raise RegistryError(self._explain(exc, f"fetching schema {schema_id}")) from None
+            except (OSError, UnicodeDecodeError) as exc:
+                if attempt == self.retries:
+                    raise RegistryError(self._explain(exc, f"fetching schema {schema_id}")) from None
+            time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
 
     def _store(self, subject: str, text: str) -> int:
         from confluent_kafka.schema_registry import Schema
@@ -386,11 +481,11 @@ class HttpRegistry(_CachingRegistry):
 
     def _explain(self, exc: Exception, doing: str) -> str:
         """An error text with no credential in it (exception texts may quote URLs or request data)."""
-        status = getattr(exc, "http_status_code", None)
+        status = exc.code if isinstance(exc, HTTPError) else getattr(exc, "http_status_code", None)
         if status in (401, 403):
             what = f"refused our credentials (HTTP {status})" if self._auth else f"requires credentials (HTTP {status})"
         elif status is not None:
-            message = getattr(exc, "error_message", "") or ""
+            message = exc.reason if isinstance(exc, HTTPError) else getattr(exc, "error_message", "") or ""
             what = f"answered HTTP {status}: {message}"
         else:
             what = f"could not be reached ({type(exc).__name__}: {exc})"

@@ -910,9 +910,9 @@ def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> Sou
         **({"subscribePattern": subscription.pattern} if subscription.pattern
            else {"subscribe": ",".join(subscription.topics)}),
         "startingOffsets": json.dumps(kafka.to_json(kafka.nest(start))) if start else "earliest",
-        # No format reads a header; and one named as the captured-records reader marks a line it could not read
-        # would make a producer's message a dead letter.
-        "includeHeaders": "false",
+        # Headers only for a format that reads them: they cost time, and one named as the captured-records reader
+        # marks a line it could not read would make a producer's message a dead letter.
+        "includeHeaders": "true" if formats.create(source.format, source.options).reads_headers else "false",
     }
     if source.max_records_per_batch:
         options["maxOffsetsPerTrigger"] = str(source.max_records_per_batch)

@@ -6,8 +6,10 @@ import base64
 import io
 import json
 import pickle
+import re
 import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from cdclake.records import Record
 from tests.conftest import SPEC
 from tests.formats.test_debezium_json import change_events
 from tests.glue import glue_compressed
+from tests.registries import APICURIO_FORMS, FakeRegistry, apicurio_framed
 from tests.strategies import columns_of, rows
 
 
@@ -231,6 +234,47 @@ def test_round_trip_through_aws_glue(glue_registry: str, events: list[ChangeEven
         for event in result.events:
             event.source = None
         assert result.events == events and result.skipped == 1
+
+
+@pytest.fixture(scope="module")
+def apicurio() -> Iterator[FakeRegistry]:
+    with FakeRegistry() as fake:
+        yield fake
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(change_events(ALL_COLUMNS), st.sampled_from(APICURIO_FORMS))
+def test_round_trip_through_apicurio_framing(apicurio: FakeRegistry, events: list[ChangeEvent], form: str) -> None:
+    # debezium.md §3: Apicurio Registry's serializers write the id in a Kafka header (2.x's default), behind 0x00 in 8
+    # bytes (2.x's Kafka Connect converter) or in 4 (3.x's default); its core API serves the schema by that id.
+    encoder = DebeziumAvro(registry="memory:")
+    records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, form)
+    decoder = pickle.loads(pickle.dumps(DebeziumAvro(registry=apicurio.url(), framing="apicurio")))
+    assert decoder.reads_headers and not encoder.reads_headers
+    result = decoder.decode(records)
+    assert not result.failures, result.failures[0].describe()
+    for event in result.events:
+        event.source = None
+    assert result.events == events and result.skipped == 1
+    if form != "headers":  # the same bytes, read as Confluent's framing, name ids that registry does not know
+        confluent_reader = DebeziumAvro(registry=apicurio.url())
+        assert all("Apicurio" in f.reason for f in confluent_reader.decode(records[:1]).failures)
+
+
+def test_apicurio_framing_needs_its_registry_and_names_a_wrong_id_kind(apicurio: FakeRegistry) -> None:
+    with pytest.raises(ValueError, match=r"framing=apicurio .* must be its http\(s\):// URL"):
+        DebeziumAvro(registry="memory:", framing="apicurio")
+    with pytest.raises(ValueError, match="option framing takes one of confluent, apicurio"):
+        DebeziumAvro(registry="memory:", framing="apicurio-native")
+    with pytest.raises(ValueError, match="the encoder writes Confluent's framing only"):
+        DebeziumAvro(registry=apicurio.url(), framing="apicurio").encode([])
+    encoder = DebeziumAvro(registry="memory:")
+    events = [ChangeEvent(kind="row", op="c", database="db", table="t", after={"id": 1},
+                          columns=[Column("id", "int", key=True, nullable=False)], commit_ts=1)]
+    records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "4-byte")
+    wrong = DebeziumAvro(registry=apicurio.url(), framing="apicurio", **{"apicurio-id": "globalId"})
+    (failure,) = wrong.decode(records[:1]).failures
+    assert re.match(r"schema id globalId 500\d is not in schema registry .* option apicurio-id names", failure.reason)
 
 
 @settings(max_examples=50, deadline=None)

@@ -5,6 +5,7 @@ tables as reading the topic."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 from pathlib import Path
@@ -13,13 +14,14 @@ import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-from cdclake import formats, pipeline, workload
+from cdclake import confluent, formats, pipeline, workload
 from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.lakecheck import differences as lake_differences
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
 from tests.lake import lake_rows
+from tests.registries import APICURIO_FORMS, FakeRegistry, apicurio_framed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -180,15 +182,27 @@ def test_capture_then_run_input_gives_the_tables_of_the_topic(spark, broker, tmp
     assert not problems, "\n".join(problems)
 
 
-def test_a_message_with_a_header_named_as_the_file_reader_marks_a_line_is_applied(spark, broker, tmp_path):
+@pytest.mark.parametrize("name", ["canal-json", "debezium-avro"])
+def test_a_message_with_a_header_named_as_the_file_reader_marks_a_line_is_applied(spark, broker, tmp_path, name):
     """Only the captured-records reader marks a line it could not read, with a header of its own name; a Kafka
-    message that carries a header of that name is decoded and applied like any other (no format reads headers)."""
-    generated, decode = _generate("canal-json", {}, tmp_path, 300, 2, 0.0, broker.topic(1, "hdr"))
-    for record in generated.records[::3]:
-        record.headers = [(UNREADABLE_HEADER, b"set by a producer")]
-    broker.publish(generated.records, 2)
-    config = _kafka_config(tmp_path / "lake", broker, "canal-json", _topics(generated.records), decode)
-    summary = pipeline.run(config, spark=spark)
+    message that carries a header of that name is decoded and applied like any other, also by a format that reads
+    headers: Debezium Avro with Apicurio Registry's framing (debezium.md §3), its ids in headers (2.x serializers'
+    default), in 8 bytes (2.x's Kafka Connect converter) and in 4 (3.x), mixed as in a migration, each schema fetched
+    by the executors from the registry's core API."""
+    partitions = 2 if workload.profile_for(name, {}).ordered else 1
+    generated, decode = _generate(name, {}, tmp_path, 300, partitions, 0.0, broker.topic(1, "hdr"))
+    with FakeRegistry() as apicurio:
+        if name == "debezium-avro":
+            schemas = confluent.registry_from(decode["registry"])
+            forms = itertools.cycle(APICURIO_FORMS)
+            generated.records = [reframed for record in generated.records
+                                 for reframed in apicurio_framed([record], schemas, apicurio, next(forms))]
+            decode = {"registry": apicurio.url(), "framing": "apicurio"}
+        for record in generated.records[::3]:
+            record.headers = [*record.headers, (UNREADABLE_HEADER, b"set by a producer")]
+        broker.publish(generated.records, partitions)
+        config = _kafka_config(tmp_path / "lake", broker, name, _topics(generated.records), decode)
+        summary = pipeline.run(config, spark=spark)
     assert summary.total("records") == len(generated.records) and summary.total("dead_letters") == 0
     problems = lake_differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)

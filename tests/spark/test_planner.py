@@ -9,10 +9,12 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdclake import formats
+from cdclake.events import ChangeEvent, Column
 from cdclake.formats.base import layout_id
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
 from cdclake.spark.planner import RowStep, plan
+from tests.registries import FakeRegistry, apicurio_framed
 
 pytestmark = pytest.mark.spark
 
@@ -156,6 +158,26 @@ def test_records_decode_whatever_their_headers_and_an_unreadable_line_keeps_its_
     assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
     assert out[1]["error"] == "in.jsonl:2: not a captured record" and out[1]["raw_value"] == values[1]
     assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == ["0", "2"]
+
+
+def test_records_decode_with_their_headers_for_a_format_that_reads_them(spark):
+    """Debezium Avro of Apicurio's framing names each schema in a Kafka header: Spark's Kafka source gives them to
+    the decoder whole (and the captured-records reader's mark still makes a dead letter)."""
+    encoder = formats.create("debezium-avro", {"registry": "memory:"})
+    events = [ChangeEvent(kind="row", op="c", database="d", table="t", after={"id": i}, commit_ts=i,
+                          columns=[Column("id", "bigint", key=True, nullable=False)]) for i in range(3)]
+    with FakeRegistry() as apicurio:
+        records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "headers")[:3]
+        rows = [{"key": r.key, "value": r.value, "topic": "t", "partition": 0, "offset": i, "timestamp": None,
+                 "timestampType": None, "headers": [{"key": k, "value": v} for k, v in r.headers]}
+                for i, r in enumerate(records)]
+        rows[1]["headers"].append({"key": UNREADABLE_HEADER, "value": b"in.jsonl:2: not a captured record"})
+        log = decode(spark.createDataFrame(rows, RECORD_SCHEMA), "debezium-avro",
+                     {"registry": apicurio.url(), "framing": "apicurio"})
+        out = flat(log.where("status in ('event', 'failed')").orderBy("offset").toArrow()).to_pylist()
+    assert [(r["status"], r["offset"]) for r in out] == [("event", 0), ("failed", 1), ("event", 2)]
+    assert out[1]["error"] == "in.jsonl:2: not a captured record"
+    assert [json.loads(r["after"])["id"] for r in (out[0], out[2])] == ["0", "2"]  # values cross as text
 
 
 def test_types_are_inferred_per_table_and_segment_in_one_batch(spark):

@@ -104,6 +104,11 @@ class Format:
             for name, option in declared.items()
         }
 
+    @property
+    def reads_headers(self) -> bool:
+        """Whether decoding reads the records' Kafka headers: sources that drop them for speed keep them then."""
+        return False
+
     def decode(self, records: Sequence[Record]) -> Decoded:
         """Decode a batch: every record ends as its events, a failure or a skip. This is the hot loop of
         every format, so attribute look-ups are hoisted out of it."""

@@ -1,8 +1,9 @@
 """``debezium-avro``: Debezium change events written by Confluent's AvroConverter.
 
 Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary), or framed
-by AWS Glue's converter (``0x03``, compression, the schema version's UUID: :mod:`cdclake.confluent`); writer
-schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
+by AWS Glue's converter (``0x03``, compression, the schema version's UUID), or with ``framing=apicurio`` by
+Apicurio Registry's (the id in a Kafka header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.confluent`);
+writer schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
 types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
 into the same :class:`~cdclake.formats.debezium_common.FieldSpec` the JSON converter builds, so both
 converters share every rule of :mod:`cdclake.formats.debezium_common`. Logical types are stripped before
@@ -298,7 +299,15 @@ class DebeziumAvro(DebeziumFormat):
     name = "debezium-avro"
     options = (*DebeziumFormat.options,
                Option("registry", "", "Schema registry: an http(s):// URL, glue://REGION[/REGISTRY] (AWS "
-                      "Glue), a folder of <id>.avsc files, or memory:"))
+                      "Glue), a folder of <id>.avsc files, or memory:"),
+               Option("framing", "confluent", "How a key or value names its writer schema: confluent (0x00 and a "
+                      "4-byte id; AWS Glue's 0x03 header too) or apicurio (Apicurio Registry's serializers: the id "
+                      "in a Kafka header apicurio.key|value.globalId|contentId, else 0x00 and an 8- or 4-byte id; "
+                      "registry = the producer's apicurio.registry.url)", ("confluent", "apicurio")),
+               Option("apicurio-id", "auto", "framing=apicurio: the kind of an id in the key or value bytes "
+                      "(a header names its own): auto (8 bytes a globalId, 4 a contentId, as Apicurio 2.x and 3.x "
+                      "write by default), globalId or contentId (apicurio.registry.use-id)",
+                      ("auto", "globalId", "contentId")))
     # A registry that is down or refuses us fails every record alike: stop the run instead of dead-lettering all.
     fatal = (confluent.RegistryError,)
 
@@ -310,6 +319,24 @@ class DebeziumAvro(DebeziumFormat):
                 raise DecodeError("debezium-avro needs the registry option (URL, folder or memory:)")
             registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
         return registry
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        registry = str(self.settings["registry"]).lower()
+        if self.settings["framing"] == "apicurio" and registry and not registry.startswith(("http://", "https://")):
+            raise ValueError("debezium-avro: framing=apicurio reads schemas by Apicurio Registry's ids, from its "
+                             "REST API: the registry option must be its http(s):// URL (the producer's "
+                             "apicurio.registry.url)")
+
+    @property
+    def reads_headers(self) -> bool:
+        return self.settings["framing"] == "apicurio"
+
+    def _framed(self, data: bytes, record: Record, part: str) -> tuple[confluent.SchemaId, bytes]:
+        """The schema id of the key or value (``part``) and its bytes as the readers take them."""
+        if self.settings["framing"] == "apicurio":
+            return confluent.apicurio_framed(data, record.headers, part, self.settings["apicurio-id"])
+        return confluent.header_id(data), confluent.readable(data)
 
     def _reader(self, schema_id: confluent.SchemaId, *, key: bool = False) -> _Reader:
         readers = self.cache("key-readers" if key else "readers")
@@ -326,8 +353,9 @@ class DebeziumAvro(DebeziumFormat):
         value = record.value
         if value is None:
             return []  # tombstone
-        reader = self._reader(confluent.header_id(value))
-        datum = reader.read(confluent.readable(value))
+        schema_id, readable = self._framed(value, record, "value")
+        reader = self._reader(schema_id)
+        datum = reader.read(readable)
         if not isinstance(datum, dict):
             raise DecodeError(f"schema id {reader.schema_id} is not a record schema")
         op = datum.get("op")
@@ -339,7 +367,7 @@ class DebeziumAvro(DebeziumFormat):
             raise DecodeError(f"schema id {reader.schema_id} has op but no before/after row records")
         before = _row(reader.before, datum.get("before"))
         after = _row(reader.after, datum.get("after"))
-        key = self._key(record.key, shape) if record.key is not None else None
+        key = self._key(record, shape) if record.key is not None else None
         return envelope_events(op, before, after, source, key, shape.columns(key_names_of(key)))
 
     @staticmethod
@@ -361,12 +389,13 @@ class DebeziumAvro(DebeziumFormat):
             return []  # heartbeat
         raise DecodeError("the value has no op: not a Debezium change event")
 
-    def _key(self, data: bytes, shape: RowShape | None) -> Row | None:
+    def _key(self, record: Record, shape: RowShape | None) -> Row | None:
         try:
-            reader = self._reader(confluent.header_id(data), key=True)
+            schema_id, readable = self._framed(record.key, record, "key")
+            reader = self._reader(schema_id, key=True)
         except DecodeError as exc:
             raise DecodeError(f"key: {exc}") from None
-        datum = reader.read(confluent.readable(data))
+        datum = reader.read(readable)
         if datum is None:
             return None
         if not isinstance(datum, dict):
@@ -378,6 +407,8 @@ class DebeziumAvro(DebeziumFormat):
     # -------------------------------------------------------------------------------------- encoding
 
     def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
+        if self.settings["framing"] != "confluent":
+            raise ValueError("debezium-avro: the encoder writes Confluent's framing only (framing=confluent)")
         writer = EnvelopeWriter(self.settings, self.cache("encode-tables"), field_name=sanitize)
         records: list[Record] = []
         for planned in writer.plan(events):

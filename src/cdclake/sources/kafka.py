@@ -45,7 +45,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdclake.records import Record, write_records
-from cdclake.sources.files import RECORD_ARROW, records_to_arrow
+from cdclake.sources.files import RECORD_ARROW, UNREADABLE_HEADER, records_to_arrow
 
 log = logging.getLogger("cdclake.kafka")
 # librdkafka reports every failed connection attempt; cdclake says once, plainly, what it is waiting for.
@@ -632,9 +632,12 @@ def _out_of_range(settings: ClientSettings, consumer: Consumer, rng: Range, posi
 
 def _record(message: Message) -> Record:
     kind, ts = message.timestamp()
+    # A producer's header of the name the captured-records reader marks an unreadable line with would read as that
+    # mark, in a captured file or a decoder that reads headers: the message would be dead-lettered unread.
+    headers = [h for h in message.headers() or () if h[0] != UNREADABLE_HEADER]
     return Record(key=message.key(), value=message.value(), topic=message.topic(), partition=message.partition(),
                   offset=message.offset(), timestamp=None if kind == TIMESTAMP_NOT_AVAILABLE else ts,
-                  headers=list(message.headers() or ()))
+                  headers=headers)
 
 
 def read_records(settings: ClientSettings, rng: Range, *, chunk: int = CHUNK, fail_on_data_loss: bool = True,

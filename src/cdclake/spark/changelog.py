@@ -695,12 +695,12 @@ def decode(records: DataFrame, format_name: str, options: dict[str, str] | None 
     """The changelog of a record DataFrame (columns as Spark's Kafka source gives them). With ``reduce``,
     each task sends only each key's newest row change (see :class:`_Task`), plus its tallies."""
     opts = dict(options or {})
-    formats.create(format_name, opts)  # fail fast on the driver for a bad name or option
+    fmt = formats.create(format_name, opts)  # fail fast on the driver for a bad name or option
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from decode_arrow_task(cached_format(format_name, opts), batches, reduce)
 
-    return decoder_input(records).mapInArrow(run, CHANGELOG_SCHEMA)
+    return decoder_input(records, fmt.reads_headers).mapInArrow(run, CHANGELOG_SCHEMA)
 
 
 def _load_in_worker(batches: Iterator[pa.RecordBatch], in_use: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
@@ -721,16 +721,19 @@ def load_python_workers(spark: SparkSession, in_use: Iterable[tuple[str, dict[st
                                                        "id long").collect()
 
 
-def decoder_input(records: DataFrame) -> DataFrame:
+def decoder_input(records: DataFrame, headers: bool = False) -> DataFrame:
     """The record columns the decoder reads (see :func:`records_from_arrow`): only these cross to Python, as
-    each column costs the JVM a conversion per row. Of the headers only the reason a captured-records reader
-    gives for a line it could not read (``UNREADABLE``) crosses, as no format reads a header: Spark converts a
+    each column costs the JVM a conversion per row. The headers cross whole only for a format that reads them
+    (``headers``); otherwise only the reason a captured-records reader gives for a line it could not read
+    (``UNREADABLE``) crosses, as the headers cost much: Spark converts a
     list column whose values are null (as its Kafka source gives a record without headers) in time growing with
     the square of the Arrow batch's rows. Measured on Spark 4.3, 1,000,000 records with null headers in batches
     of 20,000: 11.1 s to hand the headers to Python and back, 1.9 s for this column (empty lists: about alike)."""
     columns: list[Any] = [name for name in ("key", "value", "topic", "partition", "offset", "timestamp")
                           if name in records.columns]
-    if "headers" in records.columns:
+    if "headers" in records.columns and headers:
+        columns.append("headers")
+    elif "headers" in records.columns:
         reason = F.filter("headers", lambda header: header["key"] == F.lit(UNREADABLE_HEADER))
         columns.append(F.try_element_at(reason, F.lit(1))["value"].alias(UNREADABLE))
     return records.select(*columns)

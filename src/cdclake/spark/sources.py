@@ -38,8 +38,8 @@ class Decoding(NamedTuple):
     from Python to the JVM and back to Python, which costs more than decoding them. ``decodeOptions`` holds the
     format's options as a JSON object; ``reduce = true`` sends only each key's newest row change of a task. Each
     task ends with an ``input`` row naming what it read: a batch read with the option ``inputs`` reads the same
-    records again (see :func:`reread`). Decoding reads no Kafka header (``includeHeaders`` is for records read
-    without it)."""
+    records again (see :func:`reread`). Decoding reads Kafka headers only where the format does (``includeHeaders``
+    is for records read without decoding)."""
 
     format: str
     options: dict[str, str]
@@ -52,6 +52,10 @@ class Decoding(NamedTuple):
             return None
         return cls(name, json.loads(options.get("decodeOptions") or "{}"),
                    str(options.get("reduce", "false")).lower() == "true")
+
+    @property
+    def reads_headers(self) -> bool:
+        return CL.cached_format(self.format, self.options).reads_headers
 
     def changelog(self, records: Iterator[pa.RecordBatch], described: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         yield from CL.decode_arrow_task(CL.cached_format(self.format, self.options), records, self.reduce)
@@ -294,9 +298,11 @@ def _read_range(opts: K.SourceOptions, partition: InputPartition,
     rng = partition.range
     if rng is None:
         return
-    # Decoding reads no header; one named as the captured-records reader marks a line would fail its message.
+    # Headers are read for a decoding format that reads them, else only on request: they cost time, and one
+    # named as the captured-records reader marks a line would fail its message.
+    include_headers = decoding.reads_headers if decoding else opts.include_headers
     records = K.read_arrow(opts.settings, rng, fail_on_data_loss=opts.fail_on_data_loss,
-                           include_headers=opts.include_headers and decoding is None)
+                           include_headers=include_headers)
     yield from decoding.changelog(records, dataclasses.asdict(rng)) if decoding else records
 
 
