@@ -97,8 +97,24 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ChangeEvent)
 
 
+# JSON has no number for these: as numbers they would print as null, which reads as SQL NULL.
+_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _finite_or_text(row: Row | None) -> Row | None:
+    if row is None or not any(type(v) is float and v - v != 0.0 for v in row.values()):  # NaN/inf: x - x != 0
+        return row
+    return {k: _NON_FINITE_TEXT[repr(v)] if type(v) is float and v - v != 0.0 else v for k, v in row.items()}
+
+
 def to_json(event: ChangeEvent) -> bytes:
-    return _encoder.encode(event)
+    """The canonical event JSON. A float NaN or infinity, which JSON cannot write as a number, is the string
+    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
+    images = (event.key, event.before, event.after)
+    texts = tuple(_finite_or_text(image) for image in images)
+    if all(text is image for text, image in zip(texts, images, strict=True)):
+        return _encoder.encode(event)
+    return _encoder.encode(msgspec.structs.replace(event, key=texts[0], before=texts[1], after=texts[2]))
 
 
 def from_json(data: bytes | str) -> ChangeEvent:

@@ -798,6 +798,20 @@ def test_round_trip_through_a_schema_directory_and_the_cli(tmp_path):
                                                                  ("d", {"id": 1}, None)]  # fmt: skip
 
 
+def test_the_cli_writes_a_float_nan_or_infinity_as_a_string_not_as_null(tmp_path):
+    # JSON has no NaN: msgspec writes null, which would read as SQL NULL
+    columns = [Column("id", "bigint", True, False), Column("score", "double", False, True)]
+    scores = [float("nan"), float("inf"), float("-inf"), None, 1.5]
+    events = [ChangeEvent(kind=ROW, op=INSERT, database="shop", table="m", columns=columns,
+                          after={"id": i, "score": score}, commit_ts=TSO + i) for i, score in enumerate(scores)]
+    write_records(tmp_path / "m.jsonl", TicdcAvro(registry=str(tmp_path / "schemas")).encode(events))
+    result = CliRunner().invoke(
+        app, ["decode", "--format", "ticdc-avro", "-o", f"registry={tmp_path / 'schemas'}", str(tmp_path / "m.jsonl")])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [e["after"]["score"] for e in lines] == ["NaN", "Infinity", "-Infinity", None, 1.5]
+
+
 def test_registered_and_picklable_with_caches():
     assert get("ticdc-avro") is TicdcAvro
     fmt = create("ticdc-avro", {"timestamp-zone": "UTC"})
