@@ -311,6 +311,14 @@ class DebeziumAvro(DebeziumFormat):
     # A registry that is down or refuses us fails every record alike: stop the run instead of dead-lettering all.
     fatal = (confluent.RegistryError,)
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        registry = str(self.settings["registry"]).lower()
+        if self.settings["framing"] == "apicurio" and registry and not registry.startswith(("http://", "https://")):
+            raise ValueError("debezium-avro: framing=apicurio reads schemas by Apicurio Registry's ids, from its "
+                             "REST API: the registry option must be its http(s):// URL (the producer's "
+                             "apicurio.registry.url)")
+
     def registry(self) -> confluent.SchemaRegistry:
         """The registry (created on first use; kept across pickling, registries are picklable)."""
         registry = self.__dict__.get("_registry")
@@ -319,14 +327,6 @@ class DebeziumAvro(DebeziumFormat):
                 raise DecodeError("debezium-avro needs the registry option (URL, folder or memory:)")
             registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
         return registry
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        registry = str(self.settings["registry"]).lower()
-        if self.settings["framing"] == "apicurio" and registry and not registry.startswith(("http://", "https://")):
-            raise ValueError("debezium-avro: framing=apicurio reads schemas by Apicurio Registry's ids, from its "
-                             "REST API: the registry option must be its http(s):// URL (the producer's "
-                             "apicurio.registry.url)")
 
     @property
     def reads_headers(self) -> bool:
