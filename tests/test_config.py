@@ -50,6 +50,11 @@ def test_numbers_and_true_or_false_are_also_read_from_their_text(tmp_path):
     ('lake = "/l"\ntombstone_retention_hours = -1\n' + SOURCE, "tombstone_retention_hours must be 0 or more"),
     ('lake = "/l"\n' + SOURCE.replace('"/data/in"', '"."') + 'max_records_per_batch = -3\n',
      "source source1: max_records_per_batch must be 0 (no limit) or more, not -3"),
+    # without a registry every Avro message would be a dead letter
+    ('lake = "/l"\n' + SOURCE.replace("canal-json", "ticdc-avro").replace('"/data/in"', '"."'),
+     "format ticdc-avro needs the registry option"),
+    ('lake = "/l"\n' + SOURCE.replace("canal-json", "debezium-avro").replace('"/data/in"', '"."')
+     + '[source.options]\nregistry = ""\n', "format debezium-avro needs the registry option"),
 ])
 def test_a_value_out_of_its_range_is_an_error(tmp_path, text, message):
     with pytest.raises(ValueError) as raised:

@@ -64,7 +64,7 @@ def decode(
 ) -> None:
     """Print one canonical JSON change event per line, in source order."""
     try:
-        fmt = formats.create(format_name, parse_options(formats.get(format_name), option or []))
+        fmt = formats.create_decoder(format_name, parse_options(formats.get(format_name), option or []))
     except ValueError as exc:
         raise _fail(str(exc)) from None
     _require_files(files)
@@ -327,9 +327,7 @@ def verify(
         options = parse_options(cls, option or [])
         if registry:
             options["registry"] = registry
-        if "registry" in {o.name for o in cls.options} and not options.get("registry"):
-            raise ValueError(f"format {format_name} needs --registry (a schema registry URL or folder)")
-        fmt = formats.create(format_name, options)
+        fmt = formats.create_decoder(format_name, options)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if not hasattr(fmt, "verify"):

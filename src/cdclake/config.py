@@ -81,7 +81,7 @@ class SourceConfig:
     consistency: str = "none"
 
     def validate(self) -> None:
-        formats.create(self.format, self.options)  # unknown format or option → a clear ValueError
+        formats.create_decoder(self.format, self.options)  # unknown format or option → a clear ValueError
         if self.consistency not in CONSISTENCY:
             raise ValueError(f"source {self.name}: consistency must be one of {', '.join(CONSISTENCY)}, "
                              f"not {self.consistency!r}")

@@ -60,3 +60,13 @@ def get(name: str) -> type[Format]:
 
 def create(name: str, options: dict[str, Any] | None = None) -> Format:
     return get(name)(**(options or {}))
+
+
+def create_decoder(name: str, options: dict[str, Any] | None = None) -> Format:
+    """:func:`create`, for reading a producer's messages: a format whose messages name their schemas in a
+    registry needs it named, or every message would be a dead letter for want of it."""
+    fmt = create(name, options)
+    if "registry" in fmt.settings and not fmt.settings["registry"]:
+        raise ValueError(f"format {name} needs the registry option: the producer's schema registry (an http(s):// "
+                         f"URL, glue://REGION, or a folder of <id>.avsc files)")
+    return fmt
