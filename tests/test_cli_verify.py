@@ -102,6 +102,12 @@ def test_verify_needs_a_format_with_checksums_and_the_registry(tmp_path):
     result = CliRunner().invoke(
         app, ["verify", "--format", "ticdc-avro", "--registry", str(tmp_path / "none"), str(path)]
     )
+    assert result.exit_code == 1  # a wrong folder stops at once, rather than failing every record
+    assert f"cdclake: ticdc-avro: stopped: schema directory {tmp_path / 'none'} is no directory" in result.output
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(
+        app, ["verify", "--format", "ticdc-avro", "--registry", str(tmp_path / "empty"), str(path)]
+    )
     assert result.exit_code == 1
     assert "schema id 1 is not in schema directory" in result.stdout
     assert "0 rows checked" in result.stdout

@@ -320,6 +320,7 @@ def verify(
 
     Lists every row that mismatched, was flagged corrupted by the producer, or could not be decoded, then the
     counts, with why rows were skipped. Exits 1 when any row mismatched, was flagged or failed to decode."""
+    from cdclake.confluent import RegistryError
     from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
 
     try:
@@ -343,7 +344,12 @@ def verify(
             if line.record is None:
                 counts[FAILED] += 1
                 typer.echo(f"{line.path}:{line.line}: failed: {line.error}")
-        for line, check in zip(lines, fmt.verify([line.record for line in lines]), strict=True):
+        try:
+            checks = fmt.verify([line.record for line in lines])
+        except RegistryError as exc:
+            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
+            raise typer.Exit(1) from None
+        for line, check in zip(lines, checks, strict=True):
             counts[check.status] += 1
             if check.status == SKIPPED:
                 skipped[check.reason] = skipped.get(check.reason, 0) + 1

@@ -353,6 +353,8 @@ class DirectoryRegistry(_CachingRegistry):
         return f"schema directory {self.path}"
 
     def _fetch(self, schema_id: SchemaId) -> str | None:
+        if not self.path.is_dir():  # a wrong path: every message would be a dead letter for want of its schema
+            raise RegistryError(f"{self.describe()} is no directory")
         if isinstance(schema_id, int) and schema_id < 0:
             return None
         try:

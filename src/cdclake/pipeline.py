@@ -896,10 +896,19 @@ def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> Sou
         missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
         if missing and not config.follow:
             raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic {', '.join(missing)}")
+        if subscription.pattern and not partitions and not config.follow:  # following waits for its topics
+            raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic matching "
+                             f"{subscription.pattern!r}")
         applied = kafka.flatten(sink.applied_offsets())
         fresh = [tp for tp in partitions if tp not in applied]
-        start = {**kafka.flatten(client.resolve(kafka.parse_start(source.starting_offsets), fresh)),
-                 **{tp: o for tp, o in applied.items() if tp in set(partitions)}}
+        starting = kafka.parse_start(source.starting_offsets)
+        resolved = kafka.flatten(client.resolve(starting, fresh))
+        # A start at the end of the log moves with time: pinned, the next run starts there too, though no batch
+        # read the partition (nothing had arrived); each run would skip what arrived in between otherwise.
+        given = {} if isinstance(starting, str) else kafka.flatten(starting)
+        sink.pin_kafka_starts(kafka.nest({tp: o for tp, o in resolved.items()
+                                          if starting == "latest" or given.get(tp) == kafka.LATEST}))
+        start = {**resolved, **{tp: o for tp, o in applied.items() if tp in set(partitions)}}
         # Without follow, the run reads up to each partition's end now, where that is past its start: a partition
         # with nothing to read (or shorter than where the lake stopped: a recreated topic) is not waited for.
         latest = kafka.flatten(client.latest(partitions))

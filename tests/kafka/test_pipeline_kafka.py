@@ -129,6 +129,31 @@ def test_a_lost_checkpoint_resumes_where_the_lake_stopped(spark, broker, tmp_pat
     assert not problems, "\n".join(problems)
 
 
+def test_a_start_at_the_latest_offset_holds_until_a_batch_reads_past_it(spark, broker, tmp_path):
+    """``starting_offsets = "latest"``: the first run pins the end it found, so what arrives before the next run
+    is read by it, though the first run had nothing to read (a run every hour from cron, say)."""
+    generated, decode = _generate("canal-json", {"flavour": "tidb"}, tmp_path, 900, 2, 0.0, broker.topic(1, "lt"))
+    parts = _by_partition(generated.records)
+    before = [r for rs in parts.values() for r in rs[: len(rs) // 3]]
+    broker.publish(before, 2)
+    config = _kafka_config(tmp_path / "lake", broker, "canal-json", _topics(generated.records), decode,
+                           starting_offsets="latest")
+    assert pipeline.run(config, spark=spark).total("records") == 0  # it starts at the end
+    arrived = [r for rs in parts.values() for r in rs[len(rs) // 3: 2 * len(rs) // 3]]
+    broker.publish(arrived, 2)
+    assert pipeline.run(config, spark=spark).total("records") == len(arrived)
+    broker.publish([r for rs in parts.values() for r in rs[2 * len(rs) // 3:]], 2)
+    assert pipeline.run(config, spark=spark).total("records") == len(generated.records) - len(before) - len(arrived)
+    assert _applied_records(tmp_path / "lake") == len(generated.records) - len(before)
+
+
+def test_a_topic_pattern_that_matches_no_topic_is_an_error(spark, broker, tmp_path):
+    config = PipelineConfig(lake=str(tmp_path / "lake"), name="kafka", sources=[
+        SourceConfig(format="canal-json", kafka=broker.servers, topic_pattern="no-such-prefix-.*")])
+    with pytest.raises(ValueError, match=r"has no topic matching 'no-such-prefix-\.\*'"):
+        pipeline.run(config, spark=spark)
+
+
 def test_a_broker_frozen_mid_run_is_waited_for(spark, broker, tmp_path):
     generated, decode = _generate("debezium-json", {}, tmp_path, 900, 3, 0.0, broker.topic(1, "fz"))
     broker.publish(generated.records, 3)

@@ -699,8 +699,8 @@ class TicdcAvro(Format):
     name = "ticdc-avro"
     options = (
         Option("registry", "", "Schema registry: http(s)://[user:password@]host:port, glue://REGION[/REGISTRY] "
-               "(AWS Glue), or a folder of <id>.avsc files; empty = a registry held in this process (tests, encode "
-               "then decode)"),
+               "(AWS Glue), or a folder of <id>.avsc files (needed to read a producer's messages; empty = a registry "
+               "held in this process, for encoding)"),
         Option("timestamp-zone", "UTC", "Time zone of the TiCDC server (its tz setting): TIMESTAMP values are in it"),
         Option("corruption-handling", "quarantine", "A row whose checksum mismatches or that TiCDC flagged: "
                "quarantine = dead letter, warn = pass with checksum.ok=false, error = stop the run",
@@ -933,6 +933,8 @@ class TicdcAvro(Format):
         for record in records:
             try:
                 events, (status, why) = self._decode(record)
+            except RegistryError:
+                raise  # not a verdict on the record: every one would wait for the registry in turn
             except Exception as exc:
                 checks.append(RowCheck(status=FAILED, reason=reason(exc), where=record.where()))
                 continue

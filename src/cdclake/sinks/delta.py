@@ -61,7 +61,9 @@ PROGRESS = pa.schema([
     ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()),
 ])
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
-INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held")
+KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                          ("offset", pa.int64()), ("pinned_at", pa.timestamp("us", tz="UTC"))])
+INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held", "kafka_starts")
 # A running pipeline compacts a table of its own once it holds this many files (see DeltaSink.compact_own_tables).
 COMPACT_AT_FILES = 50
 
@@ -194,19 +196,43 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def applied_offsets(self) -> dict[str, dict[int, int]]:
         """The next Kafka offset to read per topic and partition by the lake's own record: one past the highest
-        offset of every batch this pipeline has committed (a batch's progress row names what it read)."""
+        offset of every batch this pipeline has committed (a batch's progress row names what it read); for a
+        partition no batch has read yet, the start an earlier run pinned (:meth:`pin_kafka_starts`)."""
+        seen: dict[str, dict[int, int]] = {}
+        starts = self._open(self.internal_uri("kafka_starts"))
+        if starts is not None:
+            pinned = starts.to_pyarrow_table(columns=["topic", "partition", "offset"],
+                                             filters=[("pipeline", "=", self.pipeline)]).to_pylist()
+            for row in sorted(pinned, key=lambda r: -r["offset"]):  # two runs pinned at once: the earlier offset
+                seen.setdefault(row["topic"], {})[row["partition"]] = row["offset"]
         table = self._open(self.internal_uri("progress"))
         if table is None:
-            return {}
+            return seen
         rows = table.to_pyarrow_table(columns=["offsets"], filters=[("pipeline", "=", self.pipeline)])
-        seen: dict[str, dict[int, int]] = {}
+        applied: dict[str, dict[int, int]] = {}
         for text in rows.column("offsets").to_pylist():
             for where, offset in json.loads(text or "{}").items():
                 topic, _, partition = where.rpartition(":")
                 if partition.isdigit() and offset is not None:
-                    mine = seen.setdefault(topic, {})
+                    mine = applied.setdefault(topic, {})
                     mine[int(partition)] = max(mine.get(int(partition), -1), int(offset) + 1)
+        for topic, partitions in applied.items():
+            seen.setdefault(topic, {}).update(partitions)
         return seen
+
+    def pin_kafka_starts(self, offsets: dict[str, dict[int, int]]) -> None:
+        """Records where this pipeline starts reading partitions that no batch has read, when that start depends on
+        the time it was asked (``latest``): until a batch reads them, every run would otherwise start at a newer
+        end, and the messages that arrived between two runs would never be read."""
+        rows = [(topic, partition, offset) for topic, parts in sorted(offsets.items())
+                for partition, offset in sorted(parts.items())]
+        if not rows:
+            return
+        table = pa.Table.from_pydict({
+            "pipeline": [self.pipeline] * len(rows), "topic": [r[0] for r in rows],
+            "partition": [r[1] for r in rows], "offset": [r[2] for r in rows], "pinned_at": [_now()] * len(rows),
+        }, schema=KAFKA_STARTS)
+        write_deltalake(self.internal_uri("kafka_starts"), table, mode="append", storage_options=self.storage_options)
 
     def written_tables(self) -> set[tuple[str, str]]:
         """Every table this pipeline's batches have changed, by its progress rows."""
