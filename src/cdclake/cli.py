@@ -171,7 +171,7 @@ def run(
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
-    from cdclake.pipeline import file_system_problem
+    from cdclake.pipeline import file_system_problem, stopping_error
     from cdclake.pipeline import run as run_pipeline
 
     def show(report) -> None:  # noqa: ANN001 - a BatchReport; imported lazily with Spark
@@ -192,6 +192,10 @@ def run(
     except (ValueError, KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:
+        stopped = stopping_error(exc)
+        if stopped is not None:
+            typer.echo(f"cdclake: stopped: {stopped}", err=True)
+            raise typer.Exit(1) from None
         problem = file_system_problem(exc)
         if problem is None:
             raise

@@ -766,6 +766,19 @@ def file_system_problem(failure: BaseException) -> str | None:
     return f"{paths[-1] if paths else 'a file'}: {refused[0]}"
 
 
+# Errors that stop a run by design (a registry down, corruption under corruption-handling=error, a broker gone for
+# good), raised in Spark's Python processes: Spark hands them back inside its own exception, as traceback text.
+_STOPPING = re.compile(r"^(?:[\w.]+\.)?(RegistryError|CorruptionError|KafkaUnavailable|DataLoss|KafkaSourceError): "
+                       r"(.+)$", re.MULTILINE)
+
+
+def stopping_error(failure: BaseException) -> str | None:
+    """The message of the error that stopped a run by design, found within Spark's exception; None for any other
+    failure."""
+    found = _STOPPING.search(str(failure))
+    return None if found is None else found[2].strip()
+
+
 def _declined(failure: Exception) -> bool:
     """Whether a query ended because a batch declined to start in a stopping run: not a failure. Spark hands the
     error back as text, the batch's Python traceback within."""

@@ -299,6 +299,31 @@ def test_a_following_run_whose_source_fails_stops_the_others_and_says_which_fail
     assert not spark.streams.active
 
 
+def test_a_run_stopped_by_its_registry_says_so_in_one_line(spark, tmp_path, monkeypatch):
+    # The decoder's RegistryError is raised in an executor; Spark hands it back inside its own exception, with
+    # hundreds of lines of JVM and Python traceback around it.
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "in").mkdir()
+    encoder = formats.create("debezium-avro", {"registry": "memory:"})
+    write_records(tmp_path / "in" / "1.jsonl", encoder.encode([change(INSERT, 100, 1)]))
+    cfg = PipelineConfig(lake=str(tmp_path / "lake"), name="t", sources=[
+        SourceConfig(format="debezium-avro", input=str(tmp_path / "in"),
+                     options={"registry": f"http://127.0.0.1:{port}"})])
+    with pytest.raises(Exception) as failed:  # whatever Spark wraps it in
+        pipeline.run(cfg, spark=spark)
+    said = f"schema registry http://127.0.0.1:{port} could not be reached"
+    assert pipeline.stopping_error(failed.value).startswith(said)
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: (_ for _ in ()).throw(failed.value))
+    result = CliRunner().invoke(app, ["run", "--format", "debezium-avro", "--input", str(tmp_path / "in"),
+                                      "--lake", str(tmp_path / "lake"), "--option", f"registry=http://127.0.0.1:{port}"])
+    assert result.exit_code == 1 and result.output.startswith(f"cdclake: stopped: {said}")
+    assert result.output.count("\n") == 1
+
+
 def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
     order: list[str] = []
 
