@@ -549,6 +549,11 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
             if stop.is_set():
                 break
             runs.append(_source_run(spark, config, source, progress, stop))
+            if runs[-1].read.target == {}:
+                # A Kafka source with nothing past what the lake applied: a query started only to be stopped at once
+                # left Spark's helper process for the source to fail connecting to it, a traceback on the console.
+                logger.info("source %s: nothing new in Kafka", source.name)
+                continue
             _await_query(_start_query(spark, runs[-1], config), runs[-1], stop)
     for run in runs:
         run.finish(summary)

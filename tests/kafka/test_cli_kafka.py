@@ -4,6 +4,8 @@ the Kafka keys of a pipeline file."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -134,3 +136,22 @@ def test_docstring_example_of_the_pipeline_file_loads(tmp_path):
     kafka_source = next(s for s in config.sources if s.kafka)
     assert kafka_source.topics == ["tidb-payments"] and kafka_source.kafka_options["sasl.mechanism"] == "SCRAM-SHA-512"
     assert config.sources[0].input == "/data/in/orders" and config.sources[0].kafka is None
+
+
+@pytest.mark.spark
+def test_a_run_caught_up_with_its_topic_says_only_that(broker, tmp_path):
+    """A second run with nothing new starts no query: one started only to be stopped left Spark's helper process for
+    the source to fail connecting to it, with a traceback on the console."""
+    topic = broker.topic(1, "idle")
+    broker.publish([Record(topic=topic, value=json.dumps({
+        "database": "d", "table": "t", "type": "INSERT", "isDdl": False, "es": 1, "ts": 2, "pkNames": ["id"],
+        "mysqlType": {"id": "bigint"}, "data": [{"id": "1"}], "old": None}).encode())])
+    command = [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--kafka", broker.servers,
+               "--topic", topic, "--lake", str(tmp_path / "lake")]
+    jvm = "WARNING: Using incubator modules: jdk.incubator.vector"
+    for summary in ("done: 1 batches, 1 records", "done: 0 batches, 0 records"):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line != jvm]
+        assert lines[-1].startswith(summary) and all(line.startswith(("batch ", "done: ")) for line in lines), \
+            done.stderr
