@@ -920,6 +920,8 @@ def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> Sou
         applied = kafka.flatten(sink.applied_offsets())
         fresh = [tp for tp in partitions if tp not in applied]
         starting = kafka.parse_start(source.starting_offsets)
+        if not config.follow:  # a following run waits for topics that do not exist yet
+            kafka.check_start(starting, partitions, settings.servers)
         resolved = kafka.flatten(client.resolve(starting, fresh))
         # A start at the end of the log moves with time: pinned, the next run starts there too, though no batch
         # read the partition (nothing had arrived); each run would skip what arrived in between otherwise.

@@ -64,6 +64,13 @@ def test_capture_and_run_say_plainly_what_is_wrong(broker, tmp_path):
     result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "no-such-topic", "--out",
                                  str(tmp_path / "x")])
     assert result.exit_code == 2 and "no topic(s) no-such-topic found" in result.output
+    topic = broker.topic(2, "named")
+    for offsets, named in ((f'{{"{topic}x": {{"0": 1}}}}', f"{topic}x[0]"),
+                           (f'{{"{topic}": {{"2": 0}}}}', f"{topic}[2]")):
+        result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", topic, "--out",
+                                     str(tmp_path / "x"), "--starting-offsets", offsets])
+        assert result.exit_code == 2, result.output  # not the other partitions from earliest without a word
+        assert f"starting offsets name {named}, which the subscription at Kafka" in result.output
     result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "either topics or a topic pattern" in result.output
     result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "t", "--out", str(tmp_path),

@@ -303,6 +303,17 @@ def parse_start(text: str | None, default: str = "earliest") -> str | Offsets:
     return parse_offsets(value)
 
 
+def check_start(start: str | Offsets, partitions: Sequence[tuple[str, int]], servers: str) -> None:
+    """Starting offsets that name a partition the subscription does not have are a mistake (a misspelt topic, a
+    partition that does not exist): the others would start at earliest without a word."""
+    if isinstance(start, str):
+        return
+    unknown = sorted(set(flatten(start)) - set(partitions))
+    if unknown:
+        named = ", ".join(f"{topic}[{partition}]" for topic, partition in unknown)
+        raise ValueError(f"starting offsets name {named}, which the subscription at Kafka {servers} does not have")
+
+
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
     """Offsets as Spark writes them (string partition keys), e.g. for a stream's offset."""
     return {topic: {str(p): o for p, o in sorted(parts.items())} for topic, parts in sorted(offsets.items())}
@@ -681,6 +692,7 @@ def capture(settings: ClientSettings, subscription: Subscription, out: str | Pat
         partitions = client.partitions(subscription)
         if not partitions:
             raise KafkaSourceError(f"Kafka at {settings.servers}: no {subscription.describe()} found")
+        check_start(starting, partitions, settings.servers)
         start = client.resolve(starting, partitions)
         end = plan_end(start, client.latest(partitions), max_records)
     root.mkdir(parents=True, exist_ok=True)
