@@ -29,6 +29,10 @@ def _load(tmp_path, text: str) -> C.PipelineConfig:
     ('lake = "/l"\n' + SOURCE + 'options = "x"\n', "source 1: 'options' must be a table, not 'x'"),
     ('lake = "/l"\n' + SOURCE + 'kafka_options = ["a"]\n', "source 1: 'kafka_options' must be a table"),
     ('lake = "/l"\n[spark]\nmaster = 7\n' + SOURCE, "[spark] 'master' must be a string, not 7"),
+    ('lake = "/l"\n[[source]]\nformat = "canal-json"\nkafka = "h:9092"\ntopics = ["a", 7]\n',
+     "source 1: 'topics' must be a list of strings or a string, not ['a', 7]"),
+    ('lake = "/l"\n[[source]]\nformat = "canal-json"\nkafka = "h:9092"\ntopics = 5\n',
+     "source 1: 'topics' must be a list of strings or a string, not 5"),
     ('lake = "/l"\nsource = [1]\n', "source 1: must be a table ([[source]]), not 1"),
 ])
 def test_a_value_of_the_wrong_type_is_an_error_that_names_its_key(tmp_path, text, message):

@@ -214,8 +214,12 @@ def _kafka_fields(raw: dict[str, Any], where: str) -> dict[str, Any]:
             out[key] = _value(raw, key, str, None, where)
     if "topics" in raw:
         topics = raw["topics"]
-        out["topics"] = [str(t) for t in topics] if isinstance(topics, list) else [
-            _value(raw, "topics", str, "", where)]
+        if isinstance(topics, list) and all(isinstance(t, str) for t in topics):
+            out["topics"] = topics
+        elif isinstance(topics, str):
+            out["topics"] = [topics]
+        else:
+            raise ValueError(f"{where}'topics' must be a list of strings or a string, not {topics!r}")
     if "starting_offsets" in raw:
         start = raw["starting_offsets"]
         out["starting_offsets"] = json.dumps(start) if isinstance(start, dict) else _value(
