@@ -549,9 +549,10 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
             if stop.is_set():
                 break
             runs.append(_source_run(spark, config, source, progress, stop))
-            if runs[-1].read.target == {}:
+            if runs[-1].read.target == {} and runs[-1].read.data_source == "cdclake-kafka":
                 # A Kafka source with nothing past what the lake applied: a query started only to be stopped at once
                 # left Spark's helper process for the source to fail connecting to it, a traceback on the console.
+                # (Spark's own connector has no such helper, and its query says whether its jar is there.)
                 logger.info("source %s: nothing new in Kafka", source.name)
                 continue
             _await_query(_start_query(spark, runs[-1], config), runs[-1], stop)
