@@ -59,6 +59,16 @@ def test_capture_takes_at_most_max_records_shared_over_partitions(broker, tmp_pa
     assert [(r.topic, r.partition, r.offset, r.value) for r in lines] == [(topic, 1, 8, b"8"), (topic, 1, 9, b"9")]
 
 
+def test_capture_says_when_a_start_is_past_a_partitions_end(broker, tmp_path, caplog):
+    topic = broker.topic(2, "past")
+    broker.publish([Record(topic=topic, partition=p, value=b"%d" % i) for p in range(2) for i in range(3)], 2)
+    result = CliRunner().invoke(app, ["capture", "--kafka", broker.servers, "--topic", topic, "--out",
+                                      str(tmp_path / "cap"), "--starting-offsets", f'{{"{topic}": {{"1": 9}}}}'])
+    assert result.exit_code == 0, result.output
+    assert "captured 3 records from 1 partition(s)" in result.output
+    assert f"{topic}[1]: starting offset 9 is past the partition's end 3: nothing captured from it" in caplog.text
+
+
 def test_capture_and_run_say_plainly_what_is_wrong(broker, tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "no-such-topic", "--out",

@@ -694,7 +694,13 @@ def capture(settings: ClientSettings, subscription: Subscription, out: str | Pat
             raise KafkaSourceError(f"Kafka at {settings.servers}: no {subscription.describe()} found")
         check_start(starting, partitions, settings.servers)
         start = client.resolve(starting, partitions)
-        end = plan_end(start, client.latest(partitions), max_records)
+        latest = client.latest(partitions)
+        end = plan_end(start, latest, max_records)
+    for (topic, partition), offset in sorted(flatten(start).items()):
+        high = flatten(latest).get((topic, partition), offset)
+        if offset > high:
+            log.warning("%s[%d]: starting offset %d is past the partition's end %d: nothing captured from it", topic,
+                        partition, offset, high)
     root.mkdir(parents=True, exist_ok=True)
     done = []
     for rng in ranges(start, end):
