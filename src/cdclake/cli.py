@@ -191,6 +191,9 @@ def run(
         summary = run_pipeline(cfg, progress=show)
     except (ValueError, KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
+    except KeyboardInterrupt:  # a signal before any batch (waiting for Kafka), or a second one
+        typer.echo("cdclake: interrupted", err=True)
+        raise typer.Exit(130) from None
     except Exception as exc:
         stopped = stopping_error(exc)
         if stopped is not None:

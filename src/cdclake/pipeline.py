@@ -577,11 +577,13 @@ def _stop_on_signal() -> Iterator[threading.Event]:
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def request_stop(number: int, _frame: object) -> None:
-        logger.warning("stopping after the batches being applied (%s); again to stop at once",
-                       signal.Signals(number).name)
         for each, handler in previous.items():
             signal.signal(each, handler)
         stop.set()
+        if _waiting_for_kafka.is_set():  # no batch to finish: a broker that is down would be waited for minutes
+            raise KeyboardInterrupt
+        logger.warning("stopping after the batches being applied (%s); again to stop at once",
+                       signal.Signals(number).name)
 
     for number in previous:
         signal.signal(number, request_stop)
@@ -886,9 +888,17 @@ class SourceRead:
         return reread(changelog.sparkSession, self.data_source, self.options, inputs)
 
 
+# Set while a run asks Kafka where to start, before any batch: a signal then ends the run at once (see _stop_on_signal).
+_waiting_for_kafka = threading.Event()
+
+
 def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
     if source.kafka is not None:
-        return _kafka_read(source, config, sink)
+        _waiting_for_kafka.set()
+        try:
+            return _kafka_read(source, config, sink)
+        finally:
+            _waiting_for_kafka.clear()
     if source.input is None:
         raise ValueError(f"source {source.name}: neither input nor kafka")
     # A task per core, even in a batch that holds one file: each task reduces the keys it read before the planner

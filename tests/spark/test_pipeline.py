@@ -754,6 +754,24 @@ def test_cdclake_run_says_what_it_did_and_nothing_of_sparks_start_up(tmp_path):
     assert lines[-1].startswith("done: 1 batches, 1 records, 1 events, 1 inserted")
 
 
+def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path):
+    # No batch is running to finish first: the run must not go on waiting for a broker that is down.
+    with subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--kafka",
+                           "127.0.0.1:9", "--topic", "t", "--lake", str(tmp_path / "lake")],
+                          stderr=subprocess.PIPE, text=True) as run:
+        assert run.stderr is not None
+        watchdog = threading.Timer(120, run.kill)  # the run would retry for 600 s
+        watchdog.start()
+        for line in run.stderr:
+            if "unreachable" in line:
+                break
+        run.send_signal(signal.SIGINT)
+        rest = run.stderr.read()
+        watchdog.cancel()
+        assert run.wait(timeout=60) == 130
+    assert rest.strip().endswith("cdclake: interrupted"), rest
+
+
 # Starts a pipeline run in its own session and prints the highest tier the session's JVM compiles code to.
 JIT_TIER = """
 import os, sys, threading, time
