@@ -118,7 +118,7 @@ CONTENT_ID_BASE = 5000
 APICURIO_FORMS = ("headers", "8-byte", "4-byte")
 
 
-def apicurio_framed(records: Sequence[Record], schemas: confluent.SchemaRegistry, fake: FakeRegistry,
+def as_apicurio_framed(records: Sequence[Record], schemas: confluent.SchemaRegistry, fake: FakeRegistry,
                     form: str) -> list[Record]:
     """Confluent-framed records (their schemas in ``schemas``) as Apicurio Registry's serializers write them, their
     schemas put into ``fake``: ``headers`` (2.x serializers' default: the bare datum, the globalId in a header),

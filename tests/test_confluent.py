@@ -7,7 +7,7 @@ import re
 import socket
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from cdclake.confluent import (
     write_datum,
 )
 from cdclake.formats.base import DecodeError
+from cdclake.records import Record
 from tests import glue
 from tests.registries import FakeRegistry
 
@@ -230,6 +231,10 @@ def test_http_unknown_id_is_a_decode_error(server):
 # --- Apicurio Registry's own framing (debezium.md §3) -------------------------------------------------
 
 
+def _headers(headers: list[tuple[str, bytes]]) -> Callable[[str], bytes | None]:
+    return Record(value=None, headers=headers).header
+
+
 def _long(number: int) -> bytes:
     return number.to_bytes(8, "big", signed=True)
 
@@ -239,7 +244,7 @@ def _long(number: int) -> bytes:
 @settings(max_examples=200)
 def test_an_apicurio_id_in_a_header_leaves_the_value_the_bare_datum(number, datum, part, kind):
     headers = [("other", b"x"), (f"apicurio.{part}.{kind}", _long(number))]
-    schema_id, readable = confluent.apicurio_framed(datum, headers, part)
+    schema_id, readable = confluent.apicurio_framed(datum, _headers(headers), part)
     assert schema_id == ApicurioId(kind, number) and readable[confluent.HEADER_SIZE:] == datum
 
 
@@ -249,18 +254,19 @@ def test_an_apicurio_id_in_eight_bytes_is_a_global_id(number, datum):
     # Apicurio 2.x (its Kafka Connect converter too): 0x00, the id as a big-endian long, the datum.
     data = b"\x00" + _long(number) + datum
     if number < 2**32:  # else its first 4 bytes are not zero, and it reads as 4-byte id (Apicurio reads it so too)
-        schema_id, readable = confluent.apicurio_framed(data, [], "value")
+        schema_id, readable = confluent.apicurio_framed(data, _headers([]), "value")
         assert schema_id == ApicurioId("globalId", number) and readable[confluent.HEADER_SIZE:] == datum
-        assert confluent.apicurio_framed(data, [], "value", "contentId")[0] == ApicurioId("contentId", number)
+        assert confluent.apicurio_framed(data, _headers([]), "value", "contentId")[0] == ApicurioId("contentId", number)
 
 
 @given(st.integers(1, 2**31 - 1), st.binary(max_size=32))
 @settings(max_examples=200)
 def test_an_apicurio_id_in_four_bytes_is_a_content_id(number, datum):
     # Apicurio 3.x: Confluent's layout, with a content id
-    schema_id, readable = confluent.apicurio_framed(frame(number, datum), [], "key")
+    schema_id, readable = confluent.apicurio_framed(frame(number, datum), _headers([]), "key")
     assert schema_id == ApicurioId("contentId", number) and readable[confluent.HEADER_SIZE:] == datum
-    assert confluent.apicurio_framed(frame(number, datum), [], "key", "globalId")[0] == ApicurioId("globalId", number)
+    framed = confluent.apicurio_framed(frame(number, datum), _headers([]), "key", "globalId")
+    assert framed[0] == ApicurioId("globalId", number)
 
 
 @pytest.mark.parametrize(("data", "headers", "reason"), [
@@ -274,7 +280,7 @@ def test_an_apicurio_id_in_four_bytes_is_a_content_id(number, datum):
 ])
 def test_bad_apicurio_framing_is_a_decode_error(data, headers, reason):
     with pytest.raises(DecodeError, match=reason):
-        confluent.apicurio_framed(data, headers, "value")
+        confluent.apicurio_framed(data, _headers(headers), "value")
 
 
 @pytest.mark.parametrize("path", ["", "/apis/registry/v2", "/apis/registry/v3/"])

@@ -42,7 +42,7 @@ import time
 import urllib.request
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 from urllib.error import HTTPError
@@ -80,7 +80,6 @@ class ApicurioId(NamedTuple):
 
 SchemaId = int | uuid.UUID | ApicurioId
 ParsedSchema = dict[str, Any] | list[Any] | str
-Header = tuple[str, bytes | None]
 
 APICURIO_ID_KINDS = ("globalId", "contentId")
 APICURIO_DEFAULT_API = "/apis/registry/v2"  # served by Apicurio Registry 2.x and 3.x alike
@@ -134,10 +133,11 @@ def header_id(data: bytes) -> SchemaId:
     return _HEADER.unpack_from(data)[1]
 
 
-def apicurio_framed(data: bytes, headers: Sequence[Header], part: str, id_kind: str = "auto"
+def apicurio_framed(data: bytes, header: Callable[[str], bytes | None], part: str, id_kind: str = "auto"
                     ) -> tuple[ApicurioId, bytes]:
     """The schema ID of a key or value (``part``) framed by Apicurio Registry's serializers, and the message as
-    the Avro readers take it (see :func:`readable`). A header ``apicurio.<part>.globalId`` or ``.contentId``
+    the Avro readers take it (see :func:`readable`); ``header`` gives a Kafka header's value by name
+    (:meth:`Record.header <cdclake.records.Record.header>`). A header ``apicurio.<part>.globalId`` or ``.contentId``
     names the ID and leaves the value the bare datum; Apicurio's deserializers read headers first too. Without
     one, the value is ``0x00`` and an ID of 8 bytes or 4, told apart as Apicurio's OptimisticFallbackIdHandler
     does: 4 zero bytes cannot start a 4-byte ID (IDs start at 1), and must start an 8-byte ID below 2**32. Such an
@@ -147,12 +147,12 @@ def apicurio_framed(data: bytes, headers: Sequence[Header], part: str, id_kind: 
         raise DecodeError("no data: an Apicurio-framed Avro message was expected")
     for kind in APICURIO_ID_KINDS:
         name = f"apicurio.{part}.{kind}"
-        value = next((v for n, v in headers if n == name), None)
+        value = header(name)
         if value is None:
             continue
         if len(value) != _LONG.size:
             raise DecodeError(f"header {name} holds {len(value)} byte(s), not the 8 of a big-endian long")
-        encoding = next((v for n, v in headers if n == f"apicurio.{part}.encoding"), None)
+        encoding = header(f"apicurio.{part}.encoding")
         if encoding not in (None, b"BINARY"):
             raise DecodeError(f"header apicurio.{part}.encoding says {encoding!r}: only Avro's BINARY encoding is read")
         return ApicurioId(kind, _LONG.unpack(value)[0]), _READABLE_PREFIX + data

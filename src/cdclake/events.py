@@ -10,6 +10,8 @@ from typing import Any, Final
 
 import msgspec
 
+from cdclake.values import java_float_text, non_finite
+
 ROW: Final = "row"
 DDL: Final = "ddl"
 RESOLVED: Final = "resolved"
@@ -97,14 +99,12 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ChangeEvent)
 
 
-# JSON has no number for these: as numbers they would print as null, which reads as SQL NULL.
-_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
 def _finite_or_text(row: Row | None) -> Row | None:
-    if row is None or not any(type(v) is float and v - v != 0.0 for v in row.values()):  # NaN/inf: x - x != 0
+    """The row with each float NaN or infinity as its text: JSON has no number for them, and msgspec writes null,
+    which reads as SQL NULL."""
+    if row is None or not any(non_finite(v) for v in row.values()):
         return row
-    return {k: _NON_FINITE_TEXT[repr(v)] if type(v) is float and v - v != 0.0 else v for k, v in row.items()}
+    return {k: java_float_text(v) if non_finite(v) else v for k, v in row.items()}
 
 
 def to_json(event: ChangeEvent) -> bytes:

@@ -373,6 +373,11 @@ def to_text(value: Any, t: SqlType, timestamp_zone: str | None = None) -> str | 
     return str(value)
 
 
+def non_finite(value: Any) -> bool:
+    """A float NaN or infinity (``x - x`` is 0.0 for every other float)."""
+    return type(value) is float and value - value != 0.0
+
+
 def java_float_text(value: float) -> str:
     """Java's ``Double.toString``, as Canal writes FLOAT/DOUBLE: shortest round-trip digits, at least
     one fraction digit, scientific notation outside [1e-3, 1e7)."""

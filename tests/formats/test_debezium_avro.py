@@ -25,7 +25,7 @@ from cdclake.records import Record
 from tests.conftest import SPEC
 from tests.formats.test_debezium_json import change_events
 from tests.glue import glue_compressed
-from tests.registries import APICURIO_FORMS, FakeRegistry, apicurio_framed
+from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
 from tests.strategies import columns_of, rows
 
 
@@ -248,7 +248,7 @@ def test_round_trip_through_apicurio_framing(apicurio: FakeRegistry, events: lis
     # debezium.md §3: Apicurio Registry's serializers write the id in a Kafka header (2.x's default), behind 0x00 in 8
     # bytes (2.x's Kafka Connect converter) or in 4 (3.x's default); its core API serves the schema by that id.
     encoder = DebeziumAvro(registry="memory:")
-    records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, form)
+    records = as_apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, form)
     decoder = pickle.loads(pickle.dumps(DebeziumAvro(registry=apicurio.url(), framing="apicurio")))
     assert decoder.reads_headers and not encoder.reads_headers
     result = decoder.decode(records)
@@ -271,7 +271,7 @@ def test_apicurio_framing_needs_its_registry_and_names_a_wrong_id_kind(apicurio:
     encoder = DebeziumAvro(registry="memory:")
     events = [ChangeEvent(kind="row", op="c", database="db", table="t", after={"id": 1},
                           columns=[Column("id", "int", key=True, nullable=False)], commit_ts=1)]
-    records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "4-byte")
+    records = as_apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "4-byte")
     wrong = DebeziumAvro(registry=apicurio.url(), framing="apicurio", **{"apicurio-id": "globalId"})
     (failure,) = wrong.decode(records[:1]).failures
     assert re.match(r"schema id globalId 500\d is not in schema registry .* option apicurio-id names", failure.reason)

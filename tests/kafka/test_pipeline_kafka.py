@@ -21,7 +21,7 @@ from cdclake.lakecheck import differences as lake_differences
 from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
 from tests.lake import lake_rows
-from tests.registries import APICURIO_FORMS, FakeRegistry, apicurio_framed
+from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -221,7 +221,7 @@ def test_a_message_with_a_header_named_as_the_file_reader_marks_a_line_is_applie
             schemas = confluent.registry_from(decode["registry"])
             forms = itertools.cycle(APICURIO_FORMS)
             generated.records = [reframed for record in generated.records
-                                 for reframed in apicurio_framed([record], schemas, apicurio, next(forms))]
+                                 for reframed in as_apicurio_framed([record], schemas, apicurio, next(forms))]
             decode = {"registry": apicurio.url(), "framing": "apicurio"}
         for record in generated.records[::3]:
             record.headers = [*record.headers, (UNREADABLE_HEADER, b"set by a producer")]

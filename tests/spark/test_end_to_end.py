@@ -12,7 +12,7 @@ import pytest
 from cdclake import confluent, formats, pipeline, workload
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.lakecheck import differences
-from tests.registries import APICURIO_FORMS, FakeRegistry, apicurio_framed
+from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark
 
@@ -85,7 +85,7 @@ def test_debezium_avro_of_apicurio_framing_reaches_the_expected_state(spark, tmp
     forms = itertools.cycle(APICURIO_FORMS)
     with FakeRegistry() as apicurio:
         generated.records = [reframed for record in generated.records for reframed in
-                             apicurio_framed([record], confluent.registry_from(schemas), apicurio, next(forms))]
+                             as_apicurio_framed([record], confluent.registry_from(schemas), apicurio, next(forms))]
         assert sum(bool(r.headers) for r in generated.records) > 1000
         workload.write_generated(tmp_path / "data", generated)
         config = PipelineConfig(lake=str(tmp_path / "lake"), name="e2e", sources=[

@@ -14,7 +14,7 @@ from cdclake.formats.base import layout_id
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
 from cdclake.spark.planner import RowStep, plan
-from tests.registries import FakeRegistry, apicurio_framed
+from tests.registries import FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark
 
@@ -167,7 +167,7 @@ def test_records_decode_with_their_headers_for_a_format_that_reads_them(spark):
     events = [ChangeEvent(kind="row", op="c", database="d", table="t", after={"id": i}, commit_ts=i,
                           columns=[Column("id", "bigint", key=True, nullable=False)]) for i in range(3)]
     with FakeRegistry() as apicurio:
-        records = apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "headers")[:3]
+        records = as_apicurio_framed(encoder.encode(events), encoder.registry(), apicurio, "headers")[:3]
         rows = [{"key": r.key, "value": r.value, "topic": "t", "partition": 0, "offset": i, "timestamp": None,
                  "timestampType": None, "headers": [{"key": k, "value": v} for k, v in r.headers]}
                 for i, r in enumerate(records)]

@@ -335,7 +335,7 @@ class DebeziumAvro(DebeziumFormat):
     def _framed(self, data: bytes, record: Record, part: str) -> tuple[confluent.SchemaId, bytes]:
         """The schema id of the key or value (``part``) and its bytes as the readers take them."""
         if self.settings["framing"] == "apicurio":
-            return confluent.apicurio_framed(data, record.headers, part, self.settings["apicurio-id"])
+            return confluent.apicurio_framed(data, record.header, part, self.settings["apicurio-id"])
         return confluent.header_id(data), confluent.readable(data)
 
     def _reader(self, schema_id: confluent.SchemaId, *, key: bool = False) -> _Reader:

@@ -167,8 +167,6 @@ def _whole_last_line(name: str, size: int) -> bool:
 TAIL_BLOCK = 1 << 16
 
 
-
-
 def _count_blocks(name: str, begin: int, end: int) -> list[tuple[int, int, int]]:
     """Of each block of bytes ``[begin, end)`` of a file: (where it starts, its newlines, the offset of its first
     newline or -1). numpy counts newlines about three times faster than bytearray.count."""

@@ -696,8 +696,9 @@ def capture(settings: ClientSettings, subscription: Subscription, out: str | Pat
         start = client.resolve(starting, partitions)
         latest = client.latest(partitions)
         end = plan_end(start, latest, max_records)
+    ends = flatten(latest)
     for (topic, partition), offset in sorted(flatten(start).items()):
-        high = flatten(latest).get((topic, partition), offset)
+        high = ends.get((topic, partition), offset)
         if offset > high:
             log.warning("%s[%d]: starting offset %d is past the partition's end %d: nothing captured from it", topic,
                         partition, offset, high)

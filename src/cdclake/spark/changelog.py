@@ -36,7 +36,7 @@ from cdclake.records import Record
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.session import task_slots
 from cdclake.types import parse_type
-from cdclake.values import java_float_text
+from cdclake.values import java_float_text, non_finite
 
 try:
     from cdclake import _canal
@@ -137,7 +137,7 @@ def _image_json(image: Row | None, untyped: bool, floats: tuple[str, ...] = ()) 
         return None
     if untyped:
         return _image_texts(image, untyped=True)
-    if _canal is not None and not (floats and any(_non_finite(image.get(name)) for name in floats)):
+    if _canal is not None and not (floats and any(non_finite(image.get(name)) for name in floats)):
         try:
             return _canal.image_texts(_json.encode(image))
         except ValueError:  # a value nested deeper than the C scanner follows: the Python twin has no limit
@@ -149,15 +149,10 @@ def _image_texts(image: Row, untyped: bool) -> bytes:
     return _json.encode({k: v if v is None or type(v) is str else _value_text(v, untyped) for k, v in image.items()})
 
 
-def _non_finite(value: Any) -> bool:
-    """A float NaN or infinity (``x - x`` is 0.0 for every other float)."""
-    return type(value) is float and value - value != 0.0
-
-
 def _value_text(value: Any, untyped: bool) -> Any:
     kind = type(value)
     if kind is float:
-        if _non_finite(value):  # the text Spark casts back to it ("NaN", "-Infinity")
+        if non_finite(value):  # the text Spark casts back to it ("NaN", "-Infinity")
             return java_float_text(value)
         return repr(value) if untyped else _json.encode(value).decode()
     if kind is bool:
