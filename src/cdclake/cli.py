@@ -6,7 +6,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from cdclake import formats
 from cdclake.events import to_json
 from cdclake.formats.base import Failure, parse_options
 from cdclake.records import FileLine, Record, read_file
+
+if TYPE_CHECKING:
+    from cdclake.sources.kafka import ClientSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Database change streams from Kafka into correct Delta Lake tables, on Spark.")
@@ -30,6 +33,9 @@ StartingOffsets = Annotated[str, typer.Option(
     help='Where to start reading: earliest, latest or per partition, e.g. \'{"orders": {"0": 42}}\'.')]
 KafkaOptionPairs = Annotated[list[str] | None, typer.Option(
     "--kafka-option", help="Kafka client setting KEY=VALUE (repeatable), e.g. security.protocol=SASL_SSL.")]
+KafkaRetrySeconds = Annotated[float | None, typer.Option(
+    help="How long Kafka is waited for, when unreachable or short of records it had, before giving up "
+         "[default: 600].")]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -132,6 +138,7 @@ def run(
     topic_pattern: TopicPattern = None,
     starting_offsets: StartingOffsets = "earliest",
     kafka_option: KafkaOptionPairs = None,
+    kafka_retry_seconds: KafkaRetrySeconds = None,
     connector: Annotated[str, typer.Option(help="Kafka connector: cdclake (no jar) or spark (its own).")] = "cdclake",
     lake: Annotated[Path | None, typer.Option(help="Lake root directory.")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint directory (default: under the lake).")] = None,
@@ -165,7 +172,8 @@ def run(
                                     max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
                                     topics=topic or [], topic_pattern=topic_pattern,
                                     starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
-                                    connector=connector, consistency=consistency)
+                                    connector=connector, consistency=consistency,
+                                    kafka_retry_seconds=kafka_retry_seconds)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
                                    checkpoint=str(checkpoint) if checkpoint else None)
         cfg.validate()
@@ -293,14 +301,15 @@ def generate(
             # Schemas must outlive this process for the records to be readable: a folder registry beside them.
             options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
+        settings = _producer_settings(kafka_servers, kafka_option) if kafka_servers else None
         C.make_directory("--out", str(out))
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
                                replays=replays, options=options, max_keys=max_keys)
         files = W.write_generated(out, generated)
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
-    if kafka_servers:
-        _publish(kafka_servers, kafka_option, generated.records, partitions)
+    if settings is not None:
+        _publish(settings, generated.records, partitions)
     profile = W.profile_for(format_name, options)
     manifest = generated.manifest
     typer.echo(f"{format_name}: {manifest['events']} events ({_counts(manifest['event_counts'])}) → "
@@ -383,16 +392,24 @@ def _pairs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _publish(servers: str, options: list[str] | None, records: list[Record], partitions: int) -> None:
+def _producer_settings(servers: str, options: list[str] | None) -> ClientSettings:
+    """Settings to produce with, checked by librdkafka now: a misspelt one is said before the simulation, not after."""
+    from cdclake.sources import kafka
+
+    settings = kafka.ClientSettings(servers, _pairs(options))
+    kafka.new_producer(settings)
+    return settings
+
+
+def _publish(settings: ClientSettings, records: list[Record], partitions: int) -> None:
     from cdclake.sources import kafka
 
     try:
-        settings = kafka.ClientSettings(servers, _pairs(options))
         acked = kafka.publish(settings, records, partitions)
     except (ValueError, kafka.KafkaSourceError) as exc:
         raise _fail(str(exc)) from None
     topics = sorted(acked)
-    typer.echo(f"produced {len(records)} records to Kafka at {servers}: {', '.join(topics)} "
+    typer.echo(f"produced {len(records)} records to Kafka at {settings.servers}: {', '.join(topics)} "
                f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
 
 
@@ -406,13 +423,14 @@ def capture(
                                              "fairly over partitions.")] = 0,
     starting_offsets: StartingOffsets = "earliest",
     kafka_option: KafkaOptionPairs = None,
+    kafka_retry_seconds: KafkaRetrySeconds = None,
 ) -> None:
     """Write Kafka records to captured-records files, up to the end offsets seen at start: for offline replay
     (`cdclake run --input`), debugging and bug reports."""
     from cdclake.sources import kafka
 
     try:
-        settings = kafka.ClientSettings(kafka_servers, _pairs(kafka_option))
+        settings = kafka.ClientSettings(kafka_servers, _pairs(kafka_option)).retrying_for(kafka_retry_seconds)
         subscription = kafka.Subscription.of(topic, topic_pattern)
         starting = kafka.parse_start(starting_offsets)
     except ValueError as exc:

@@ -28,6 +28,7 @@ topics = ["tidb-payments"]    # a list (or one comma-separated string); or topic
 starting_offsets = "earliest" # earliest | latest | per partition: { "tidb-payments" = { "0" = 42 } }
 connector = "cdclake"         # cdclake: no jar needed; spark: Spark's own Kafka source (jar on the classpath)
 max_records_per_batch = 200000  # at most this many Kafka offsets per batch, shared fairly over partitions
+kafka_retry_seconds = 600     # how long an unreachable Kafka is waited for before the run stops
 
 [source.kafka_options]        # librdkafka client settings of the source above
 "security.protocol" = "SASL_SSL"
@@ -58,9 +59,12 @@ import json
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdclake import formats
+
+if TYPE_CHECKING:
+    from cdclake.sources.kafka import ClientSettings
 
 
 @dataclass
@@ -79,6 +83,13 @@ class SourceConfig:
     kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     connector: str = "cdclake"
     consistency: str = "none"
+    kafka_retry_seconds: float | None = None  # None: the client's default, 10 minutes
+
+    def client_settings(self) -> ClientSettings:
+        """How to talk to this source's Kafka (which must be given)."""
+        from cdclake.sources import kafka  # confluent_kafka only for a pipeline that reads Kafka
+
+        return kafka.ClientSettings(self.kafka or "", self.kafka_options).retrying_for(self.kafka_retry_seconds)
 
     def validate(self) -> None:
         formats.create_decoder(self.format, self.options)  # unknown format or option → a clear ValueError
@@ -101,8 +112,8 @@ class SourceConfig:
         if (self.input is None) == (self.kafka is None):
             raise ValueError(f"source {self.name}: give either input or kafka (exactly one)")
         if self.kafka is None:
-            if self.topics or self.topic_pattern:
-                raise ValueError(f"source {self.name}: topics need kafka (bootstrap servers)")
+            if self.topics or self.topic_pattern or self.kafka_retry_seconds is not None:
+                raise ValueError(f"source {self.name}: topics and kafka_retry_seconds need kafka (bootstrap servers)")
             return
         if self.connector not in CONNECTORS:
             raise ValueError(f"source {self.name}: connector must be one of {', '.join(CONNECTORS)}, "
@@ -110,7 +121,7 @@ class SourceConfig:
         try:
             kafka.Subscription.of(self.topics, self.topic_pattern)
             kafka.parse_start(self.starting_offsets)
-            kafka.ClientSettings(self.kafka, self.kafka_options)
+            self.client_settings()
         except ValueError as exc:
             raise ValueError(f"source {self.name}: {exc}") from None
 
@@ -169,7 +180,7 @@ class PipelineConfig:
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
         "storage"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
-           "starting_offsets", "kafka_options", "connector", "consistency"}
+           "starting_offsets", "kafka_options", "connector", "consistency", "kafka_retry_seconds"}
 _SPARK = {"master", "remote", "conf"}
 # The tables whose keys are not checked here: a source's options (its format checks them), and kafka_options,
 # spark.conf and storage, which are librdkafka's, Spark's and the object store's own settings, too many to list.
@@ -224,6 +235,8 @@ def _kafka_fields(raw: dict[str, Any], where: str) -> dict[str, Any]:
         start = raw["starting_offsets"]
         out["starting_offsets"] = json.dumps(start) if isinstance(start, dict) else _value(
             raw, "starting_offsets", str, "", where)
+    if "kafka_retry_seconds" in raw:
+        out["kafka_retry_seconds"] = _value(raw, "kafka_retry_seconds", float, None, where)
     if "kafka_options" in raw:
         out["kafka_options"] = {str(k): _text(v) for k, v in _value(raw, "kafka_options", dict, {}, where).items()}
     return out

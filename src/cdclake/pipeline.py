@@ -437,6 +437,7 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
     config.make_directories()
+    check_kafka_sources(config)
     loading = None
     if spark is None:
         spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
@@ -597,7 +598,7 @@ def _stop_on_signal() -> Iterator[threading.Event]:
 def _source_partitions(source: SourceConfig) -> list[tuple[str, int]]:
     """The partitions a resolved-ts watermark must hear from: all that exist at start (more join when seen)."""
     if source.kafka is not None:
-        with kafka.KafkaClient(kafka.ClientSettings(source.kafka, source.kafka_options)) as client:
+        with kafka.KafkaClient(source.client_settings()) as client:
             return client.partitions(kafka.Subscription.of(source.topics, source.topic_pattern))
     return files.partitions(source.input or "")
 
@@ -827,7 +828,7 @@ def _wait_for_kafka(source: SourceConfig, end: dict[str, Any] | None, target: di
     """A Kafka source found no new records short of the target: say so once, and give up with
     :class:`~cdclake.sources.kafka.DataLoss` once that has lasted the client's retry window (as a read of
     records the broker no longer has does). Returns since when it has been waiting."""
-    settings = kafka.ClientSettings(source.kafka or "", source.kafka_options)
+    settings = source.client_settings()
     got = kafka.flatten(kafka.from_json(end or {}))
     behind = [f"{t}[{p}] offset {o - 1}" for (t, p), o in sorted(kafka.flatten(kafka.from_json(target)).items())
               if got.get((t, p), -1) < o]
@@ -912,27 +913,47 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
         "minPartitions": tasks, "follow": "true" if config.follow else "false"})
 
 
+def _kafka_partitions(client: kafka.KafkaClient, source: SourceConfig, config: PipelineConfig) -> list[tuple[str, int]]:
+    """The source's partitions now. Without ``follow``, a topic that does not exist, a pattern that matches none, or
+    starting offsets that name an unknown partition are errors; a following run waits for them to appear."""
+    subscription = kafka.Subscription.of(source.topics, source.topic_pattern)
+    partitions = client.partitions(subscription)
+    if config.follow:
+        return partitions
+    servers = client.settings.servers
+    missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
+    if missing:
+        raise ValueError(f"source {source.name}: Kafka at {servers} has no topic {', '.join(missing)}")
+    if subscription.pattern and not partitions:
+        raise ValueError(f"source {source.name}: Kafka at {servers} has no topic matching {subscription.pattern!r}")
+    kafka.check_start(kafka.parse_start(source.starting_offsets), partitions, servers)
+    return partitions
+
+
+def check_kafka_sources(config: PipelineConfig) -> None:
+    """What :func:`_kafka_partitions` finds wrong with a run's Kafka sources, before Spark starts: a misspelt topic
+    is then said in a second rather than after Spark's start, and an unreachable broker is waited for without a
+    JVM holding memory. (A following run has nothing to check: it waits for its topics.)"""
+    if config.follow:
+        return
+    for source in config.sources:
+        if source.kafka is not None:
+            with kafka.KafkaClient(source.client_settings()) as client:
+                _kafka_partitions(client, source, config)
+
+
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
     """A Kafka source's read, starting where the lake says this source stopped. Spark's checkpoint, when it
     has one, says the same or repeats a batch the lake skips; when it is new or lost, the starting offsets
     given here are the lake's: the next offset after the last one applied, per partition (partitions the lake
     has not seen start at ``starting_offsets``). Without ``follow``, the target is the end offsets seen now."""
-    assert source.kafka is not None
-    settings = kafka.ClientSettings(source.kafka, source.kafka_options)
+    settings = source.client_settings()
     subscription = kafka.Subscription.of(source.topics, source.topic_pattern)
     with kafka.KafkaClient(settings) as client:
-        partitions = client.partitions(subscription)
-        missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
-        if missing and not config.follow:
-            raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic {', '.join(missing)}")
-        if subscription.pattern and not partitions and not config.follow:  # following waits for its topics
-            raise ValueError(f"source {source.name}: Kafka at {settings.servers} has no topic matching "
-                             f"{subscription.pattern!r}")
+        partitions = _kafka_partitions(client, source, config)
         applied = kafka.flatten(sink.applied_offsets())
         fresh = [tp for tp in partitions if tp not in applied]
         starting = kafka.parse_start(source.starting_offsets)
-        if not config.follow:  # a following run waits for topics that do not exist yet
-            kafka.check_start(starting, partitions, settings.servers)
         resolved = kafka.flatten(client.resolve(starting, fresh))
         # A start at the end of the log moves with time: pinned, the next run starts there too, though no batch
         # read the partition (nothing had arrived); each run would skip what arrived in between otherwise.
@@ -956,6 +977,8 @@ def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> Sou
     }
     if source.max_records_per_batch:
         options["maxOffsetsPerTrigger"] = str(source.max_records_per_batch)
+    if source.connector == "cdclake":  # Spark's own connector has timeouts of its own, as kafka.* settings
+        options["retryTimeoutMs"] = str(round(settings.retry_timeout_s * 1000))
     client_options = settings.java_options() if source.connector == "spark" else settings.options
     options.update({f"kafka.{k}": v for k, v in client_options.items()})
     return SourceRead(source, "kafka" if source.connector == "spark" else "cdclake-kafka", options, target)

@@ -103,6 +103,25 @@ def test_capture_and_run_say_plainly_what_is_wrong(broker, tmp_path):
         assert message in result.output, (args, result.output)
 
 
+def test_an_unreachable_kafka_is_given_up_after_the_retry_window(tmp_path):
+    # Nothing listens on port 9: without the flag, run and capture would retry for 10 minutes.
+    for command in (["run", "--format", "canal-json", "--lake", str(tmp_path / "lake")],
+                    ["capture", "--out", str(tmp_path / "out")]):
+        done = subprocess.run([sys.executable, "-m", "cdclake", *command, "--kafka", "127.0.0.1:9", "--topic", "t",
+                               "--kafka-retry-seconds", "1.5"], capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("cdclake: Kafka at 127.0.0.1:9 unreachable for ")
+        assert "giving up" in done.stderr and "Spark" not in done.stderr, done.stderr
+
+
+def test_generate_refuses_a_misspelt_kafka_setting_before_it_simulates(tmp_path):
+    result = CliRunner().invoke(app, ["generate", "-f", "canal-json", "--out", str(tmp_path / "gen"), "--kafka",
+                                      "127.0.0.1:9", "--kafka-option", "linger.msec=5"])
+    assert result.exit_code == 2 and "linger.msec" in result.output and "refused" in result.output, result.output
+    assert not (tmp_path / "gen").exists()
+
+
 def test_pipeline_file_kafka_keys(tmp_path):
     path = tmp_path / "PIPELINE.toml"
     path.write_text(f"""
@@ -114,6 +133,7 @@ kafka = "b1:9092,b2:9092"
 topics = ["a", "b"]
 starting_offsets = {{ a = {{ "0" = 42 }} }}
 max_records_per_batch = 1000
+kafka_retry_seconds = 30
 [source.kafka_options]
 "security.protocol" = "SASL_SSL"
 "sasl.password" = "{SECRET}"
@@ -137,11 +157,22 @@ connector = "spark"
     assert SECRET not in repr(config) and pay.connector == "cdclake"
     assert (orders.topic_pattern, orders.topics, orders.connector, orders.starting_offsets) == \
         ("orders-.*", [], "spark", "earliest")
+    assert (pay.client_settings().retry_timeout_s, orders.client_settings().retry_timeout_s) == (30, 600)
+    for wrong, message in (("0", "retry window must be more than 0 seconds, not 0"),
+                           ('"soon"', "'kafka_retry_seconds' must be a number, not 'soon'")):
+        path.write_text(path.read_text().replace("kafka_retry_seconds = 30", f"kafka_retry_seconds = {wrong}"))
+        with pytest.raises(ValueError, match=message):
+            C.load(str(path)).validate()
+        path.write_text(path.read_text().replace(f"kafka_retry_seconds = {wrong}", "kafka_retry_seconds = 30"))
     path.write_text(path.read_text().replace('connector = "spark"', 'connector = "flink"'))
     with pytest.raises(ValueError, match="source orders: connector must be one of cdclake, spark"):
         C.load(str(path)).validate()
     path.write_text(f'lake = "{tmp_path}"\n[[source]]\nformat = "canal-json"\ntopics = "a,b"\n')
     with pytest.raises(ValueError, match="give either input or kafka"):
+        C.load(str(path)).validate()
+    path.write_text(f'lake = "{tmp_path}"\n[[source]]\nformat = "canal-json"\ninput = "{tmp_path}"\n'
+                    'kafka_retry_seconds = 5\n')
+    with pytest.raises(ValueError, match="topics and kafka_retry_seconds need kafka"):
         C.load(str(path)).validate()
 
 

@@ -147,11 +147,47 @@ def test_a_start_at_the_latest_offset_holds_until_a_batch_reads_past_it(spark, b
     assert _applied_records(tmp_path / "lake") == len(generated.records) - len(before)
 
 
-def test_a_topic_pattern_that_matches_no_topic_is_an_error(spark, broker, tmp_path):
-    config = PipelineConfig(lake=str(tmp_path / "lake"), name="kafka", sources=[
-        SourceConfig(format="canal-json", kafka=broker.servers, topic_pattern="no-such-prefix-.*")])
-    with pytest.raises(ValueError, match=r"has no topic matching 'no-such-prefix-\.\*'"):
-        pipeline.run(config, spark=spark)
+def test_a_kafka_source_that_cannot_be_read_fails_before_spark_starts(broker, tmp_path, monkeypatch):
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("Spark was started for a run that could not read its source")
+
+    monkeypatch.setattr(pipeline, "get_session", no_spark)
+    topic = broker.topic(1, "pre")
+    for source, message in [
+        ({"topic_pattern": "no-such-prefix-.*"}, r"has no topic matching 'no-such-prefix-\.\*'"),
+        ({"topics": [topic, f"{topic}x"]}, rf"has no topic {topic}x$"),
+        ({"topics": [topic], "starting_offsets": f'{{"{topic}": {{"1": 0}}}}'}, rf"name {topic}\[1\], which"),
+    ]:
+        config = PipelineConfig(lake=str(tmp_path / "lake"), name="kafka", sources=[
+            SourceConfig(format="canal-json", kafka=broker.servers, **source)])
+        with pytest.raises(ValueError, match=message):
+            pipeline.run(config)
+
+
+def test_a_broker_down_longer_than_the_retry_window_stops_the_run(spark, broker, tmp_path):
+    generated, decode = _generate("canal-json", {}, tmp_path, 1500, 2, 0.0, broker.topic(1, "rw"))
+    broker.publish(generated.records, 2)
+    config = _kafka_config(tmp_path / "lake", broker, "canal-json", _topics(generated.records), decode,
+                           max_records_per_batch=100, kafka_retry_seconds=2)
+    assert config.sources[0].client_settings().retry_timeout_s == 2
+    stop = threading.Event()
+
+    def freeze() -> None:  # the default window would wait 600 s: the test's timeout says the 2 s were kept
+        if not stop.wait(3):
+            with broker.paused():
+                stop.wait(60)
+
+    outage = threading.Thread(target=freeze)
+    outage.start()
+    try:
+        with pytest.raises(Exception) as failure:  # Spark wraps the source's error
+            pipeline.run(config, spark=spark)
+    finally:
+        stop.set()
+        outage.join()
+    assert f"Kafka at {broker.servers}" in (pipeline.stopping_error(failure.value) or ""), failure.value
+    progress = tmp_path / "lake" / "_cdclake" / "progress"
+    assert not progress.exists() or _applied_records(tmp_path / "lake") < len(generated.records)
 
 
 def test_a_broker_frozen_mid_run_is_waited_for(spark, broker, tmp_path):

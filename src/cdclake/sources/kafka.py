@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,12 +114,18 @@ class ClientSettings:
     def __post_init__(self) -> None:
         if not self.servers or not self.servers.strip():
             raise ValueError("Kafka bootstrap servers are required (HOST:PORT[,HOST:PORT…])")
+        if not self.retry_timeout_s > 0:
+            raise ValueError(f"the Kafka retry window must be more than 0 seconds, not {self.retry_timeout_s}")
         options = {str(k): str(v) for k, v in self.options.items()}
         if "bootstrap.servers" in options:
             raise ValueError("give the Kafka servers once, not also as the setting bootstrap.servers")
         if "sasl.jaas.config" in options:
             options.update({k: v for k, v in _from_jaas(options["sasl.jaas.config"]).items() if k not in options})
         object.__setattr__(self, "options", options)
+
+    def retrying_for(self, seconds: float | None) -> ClientSettings:
+        """These settings with a retry window of ``seconds`` (None: as they are)."""
+        return self if seconds is None else replace(self, retry_timeout_s=seconds)
 
     def config(self, defaults: Mapping[str, Any] | None = None, **forced: Any) -> dict[str, Any]:
         """librdkafka configuration: our defaults, then the user's settings, then what the caller needs."""
@@ -746,6 +752,11 @@ def ensure_topics(settings: ClientSettings, partitions: Mapping[str, int]) -> No
 PRODUCER_DEFAULTS: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 1}
 
 
+def new_producer(settings: ClientSettings) -> Producer:
+    """A producer; settings librdkafka does not know are a ValueError here, before any connection."""
+    return _new(Producer, settings, settings.config({**_client_defaults(), **PRODUCER_DEFAULTS}))
+
+
 def produce(settings: ClientSettings, records: Iterable[Record], *, timeout_s: float = 300.0) -> Offsets:
     """Produce records to their topic and partition (key, value, headers and timestamp as given), each
     partition's in the given order; returns the end offset acknowledged per partition (last offset + 1)."""
@@ -759,7 +770,7 @@ def produce(settings: ClientSettings, records: Iterable[Record], *, timeout_s: f
             where = (message.topic(), message.partition())
             acked[where] = max(acked.get(where, 0), message.offset() + 1)
 
-    producer = _new(Producer, settings, settings.config({**_client_defaults(), **PRODUCER_DEFAULTS}))
+    producer = new_producer(settings)
     for n, record in enumerate(records):
         while True:
             try:
