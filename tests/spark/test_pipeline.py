@@ -754,6 +754,28 @@ def test_cdclake_run_says_what_it_did_and_nothing_of_sparks_start_up(tmp_path):
     assert lines[-1].startswith("done: 1 batches, 1 records, 1 events, 1 inserted")
 
 
+def test_a_signal_to_the_runs_whole_process_group_ends_it_cleanly(tmp_path):
+    # As `timeout` or `kill -- -PGID` send it: before, it also reached Spark's JVM, and the run ended in a traceback.
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1)]))
+    with subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
+                           str(tmp_path / "in"), "--lake", str(tmp_path / "lake"), "--follow"],
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
+        assert run.stderr is not None
+        watchdog = threading.Timer(300, run.kill)
+        watchdog.start()
+        lines = []
+        for line in run.stderr:
+            lines.append(line)
+            if line.startswith("batch 0"):
+                break
+        os.killpg(run.pid, signal.SIGTERM)
+        rest = run.stderr.read()
+        watchdog.cancel()
+        assert run.wait(timeout=60) == 0, "".join(lines) + rest
+    assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("stopped: 1 batches, 1 records"), rest
+
+
 def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path):
     # No batch is running to finish first: the run must not go on waiting for a broker that is down.
     with subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--kafka",

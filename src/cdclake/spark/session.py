@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pyspark
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from cdclake.atomic import write_atomic
@@ -330,6 +331,8 @@ def get_session(master: str | None = None, remote: str | None = None,
         # A Connect server started here takes the static settings at start, then warns that the session
         # cannot change them: noise.
         warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
+        if not remote:
+            _start_driver_jvm(master or "local[*]", app_name, settings)
         session = builder.getOrCreate()
     if remote:
         # A remote server has its own defaults; these are per session and matter for correctness or speed.
@@ -339,6 +342,18 @@ def get_session(master: str | None = None, remote: str | None = None,
     else:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _start_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Starts the driver's JVM, where this process would start one, in a process session of its own: a signal sent
+    to this process's group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``) then reaches cdclake alone, which
+    ends the run after the batches being applied. Before, it also reached the JVM and Spark's Python workers, which
+    went down mid-batch, and the run ended in a traceback. The JVM still ends with this process, as pyspark made it:
+    it exits when its standard input, a pipe from here, closes."""
+    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # a JVM is there already (this session's, or spark-submit's that runs this program)
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
 
 
 # Changes with what build_class_archive puts in an archive, so that none built the older way is mapped.
