@@ -345,15 +345,16 @@ def get_session(master: str | None = None, remote: str | None = None,
 
 
 def _start_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
-    """Starts the driver's JVM, where this process would start one, in a process session of its own: a signal sent
-    to this process's group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``) then reaches cdclake alone, which
+    """Starts the driver's JVM, where this process would start one, in a process group of its own: a signal sent to
+    this process's group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``) then reaches cdclake alone, which
     ends the run after the batches being applied. Before, it also reached the JVM and Spark's Python workers, which
     went down mid-batch, and the run ended in a traceback. The JVM still ends with this process, as pyspark made it:
-    it exits when its standard input, a pipe from here, closes."""
+    it exits when its standard input, a pipe from here, closes. A group, not a session: Linux shares the CPU fairly
+    between sessions (autogroups), which would change how the driver and the JVM share it."""
     if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return  # a JVM is there already (this session's, or spark-submit's that runs this program)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
-    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"process_group": 0}))
 
 
 # Changes with what build_class_archive puts in an archive, so that none built the older way is mapped.
