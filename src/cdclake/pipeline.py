@@ -437,7 +437,7 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
     config.make_directories()
-    check_kafka_sources(config)
+    _check_kafka_sources(config)
     loading = None
     if spark is None:
         spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
@@ -893,13 +893,19 @@ class SourceRead:
 _waiting_for_kafka = threading.Event()
 
 
+@contextlib.contextmanager
+def _asking_kafka() -> Iterator[None]:
+    _waiting_for_kafka.set()
+    try:
+        yield
+    finally:
+        _waiting_for_kafka.clear()
+
+
 def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
     if source.kafka is not None:
-        _waiting_for_kafka.set()
-        try:
+        with _asking_kafka():
             return _kafka_read(source, config, sink)
-        finally:
-            _waiting_for_kafka.clear()
     if source.input is None:
         raise ValueError(f"source {source.name}: neither input nor kafka")
     # A task per core, even in a batch that holds one file: each task reduces the keys it read before the planner
@@ -918,28 +924,26 @@ def _kafka_partitions(client: kafka.KafkaClient, source: SourceConfig, config: P
     starting offsets that name an unknown partition are errors; a following run waits for them to appear."""
     subscription = kafka.Subscription.of(source.topics, source.topic_pattern)
     partitions = client.partitions(subscription)
-    if config.follow:
-        return partitions
-    servers = client.settings.servers
-    missing = [t for t in subscription.topics if t not in {p[0] for p in partitions}]
-    if missing:
-        raise ValueError(f"source {source.name}: Kafka at {servers} has no topic {', '.join(missing)}")
-    if subscription.pattern and not partitions:
-        raise ValueError(f"source {source.name}: Kafka at {servers} has no topic matching {subscription.pattern!r}")
-    kafka.check_start(kafka.parse_start(source.starting_offsets), partitions, servers)
+    if not config.follow:
+        try:
+            kafka.check_subscription(subscription, partitions, client.settings.servers)
+            kafka.check_start(kafka.parse_start(source.starting_offsets), partitions, client.settings.servers)
+        except ValueError as exc:
+            raise ValueError(f"source {source.name}: {exc}") from None
     return partitions
 
 
-def check_kafka_sources(config: PipelineConfig) -> None:
+def _check_kafka_sources(config: PipelineConfig) -> None:
     """What :func:`_kafka_partitions` finds wrong with a run's Kafka sources, before Spark starts: a misspelt topic
     is then said in a second rather than after Spark's start, and an unreachable broker is waited for without a
-    JVM holding memory. (A following run has nothing to check: it waits for its topics.)"""
+    JVM holding memory; a signal meanwhile ends the run at once. (A following run waits for its topics.)"""
     if config.follow:
         return
-    for source in config.sources:
-        if source.kafka is not None:
-            with kafka.KafkaClient(source.client_settings()) as client:
-                _kafka_partitions(client, source, config)
+    with _stop_on_signal(), _asking_kafka():
+        for source in config.sources:
+            if source.kafka is not None:
+                with kafka.KafkaClient(source.client_settings()) as client:
+                    _kafka_partitions(client, source, config)
 
 
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:

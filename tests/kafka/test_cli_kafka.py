@@ -73,8 +73,11 @@ def test_capture_and_run_say_plainly_what_is_wrong(broker, tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", "no-such-topic", "--out",
                                  str(tmp_path / "x")])
-    assert result.exit_code == 2 and "no topic(s) no-such-topic found" in result.output
+    assert result.exit_code == 2 and "has no topic no-such-topic" in result.output
     topic = broker.topic(2, "named")
+    result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", f"{topic},{topic}x", "--out",
+                                 str(tmp_path / "x")])
+    assert result.exit_code == 2 and f"has no topic {topic}x" in result.output, result.output  # not {topic} alone
     for offsets, named in ((f'{{"{topic}x": {{"0": 1}}}}', f"{topic}x[0]"),
                            (f'{{"{topic}": {{"2": 0}}}}', f"{topic}[2]")):
         result = runner.invoke(app, ["capture", "--kafka", broker.servers, "--topic", topic, "--out",

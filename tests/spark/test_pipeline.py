@@ -776,7 +776,8 @@ def test_a_signal_to_the_runs_whole_process_group_ends_it_cleanly(tmp_path):
     assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("stopped: 1 batches, 1 records"), rest
 
 
-def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path):
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path, signal_number):
     # No batch is running to finish first: the run must not go on waiting for a broker that is down.
     with subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--kafka",
                            "127.0.0.1:9", "--topic", "t", "--lake", str(tmp_path / "lake")],
@@ -787,7 +788,7 @@ def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path):
         for line in run.stderr:
             if "unreachable" in line:
                 break
-        run.send_signal(signal.SIGINT)
+        run.send_signal(signal_number)
         rest = run.stderr.read()
         watchdog.cancel()
         assert run.wait(timeout=60) == 130

@@ -185,3 +185,22 @@ def test_the_spark_files_a_killed_or_ended_run_left_are_removed_by_the_next_sess
             assert list(home.iterdir()) == [mine]  # the ended run's, with its socket, are gone too
         finally:
             scratch_directory.cache_clear()
+
+
+# A session, stopped, then another: PySpark keeps the JVM for the second; cdclake must not start one more.
+SECOND_SESSION = """
+from cdclake.spark import session
+launched = []
+launch = session.launch_gateway
+session.launch_gateway = lambda *args, **kwargs: launched.append(1) or launch(*args, **kwargs)
+session.get_session().stop()
+rows = session.get_session().range(3).count()
+print(len(launched), rows)
+"""
+
+
+def test_a_second_session_reuses_the_jvm_of_a_stopped_one():
+    done = subprocess.run([sys.executable, "-c", SECOND_SESSION], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "3"], done.stdout

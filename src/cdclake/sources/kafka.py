@@ -309,6 +309,17 @@ def parse_start(text: str | None, default: str = "earliest") -> str | Offsets:
     return parse_offsets(value)
 
 
+def check_subscription(subscription: Subscription, partitions: Sequence[tuple[str, int]], servers: str) -> None:
+    """A topic named that Kafka does not have, or a pattern that matches none, is a mistake (a misspelt name): the
+    other topics would be read without a word."""
+    found = {topic for topic, _ in partitions}
+    missing = [topic for topic in subscription.topics if topic not in found]
+    if missing:
+        raise ValueError(f"Kafka at {servers} has no topic {', '.join(missing)}")
+    if subscription.pattern and not partitions:
+        raise ValueError(f"Kafka at {servers} has no topic matching {subscription.pattern!r}")
+
+
 def check_start(start: str | Offsets, partitions: Sequence[tuple[str, int]], servers: str) -> None:
     """Starting offsets that name a partition the subscription does not have are a mistake (a misspelt topic, a
     partition that does not exist): the others would start at earliest without a word."""
@@ -696,8 +707,7 @@ def capture(settings: ClientSettings, subscription: Subscription, out: str | Pat
     root = Path(out)
     with KafkaClient(settings) as client:
         partitions = client.partitions(subscription)
-        if not partitions:
-            raise KafkaSourceError(f"Kafka at {settings.servers}: no {subscription.describe()} found")
+        check_subscription(subscription, partitions, settings.servers)
         check_start(starting, partitions, settings.servers)
         start = client.resolve(starting, partitions)
         latest = client.latest(partitions)

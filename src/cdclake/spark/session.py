@@ -351,8 +351,8 @@ def _start_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -
     went down mid-batch, and the run ended in a traceback. The JVM still ends with this process, as pyspark made it:
     it exits when its standard input, a pipe from here, closes. A group, not a session: Linux shares the CPU fairly
     between sessions (autogroups), which would change how the driver and the JVM share it."""
-    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
-        return  # a JVM is there already (this session's, or spark-submit's that runs this program)
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # a JVM is there already (an earlier session's, stopped or not, or spark-submit's that runs this)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
     SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"process_group": 0}))
 
