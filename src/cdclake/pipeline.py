@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from cdclake import compiled, formats
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.sinks import delta
 from cdclake.sinks.base import Sink
 from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
 from cdclake.sources import files, kafka
@@ -226,7 +227,7 @@ class BatchApplier:
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
             report.records = plan.records
-            step = 0
+            versions = step_versions(plan, batch)
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
             with ChangesAhead([s for name in plan.table_order if f"{name[0]}.{name[1]}" not in self.stopped
@@ -237,11 +238,9 @@ class BatchApplier:
                         stopped_now[name] = self.stopped[label]
                         continue
                     try:
-                        for s in plan.tables[name]:
-                            step += 1
-                            version = batch * STEPS_PER_BATCH + step
+                        for s, commits in zip(plan.tables[name], versions[name], strict=True):
                             failpoint("before-merge")
-                            self._apply_step(name, s, version, report, tombstones, changes)
+                            self._apply_step(name, s, commits, report, tombstones, changes)
                             failpoint("after-merge")
                     except TableStopped as exc:
                         stopped_now[name] = str(exc)
@@ -355,8 +354,9 @@ class BatchApplier:
             if f"{database}.{table}" not in self.stopped:
                 self.sink.publish_consistency(database, table, commit_ts, batch * STEPS_PER_BATCH + 997)
 
-    def _apply_step(self, name: tuple[str, str], step: planner.Step, version: int, report: BatchReport,
+    def _apply_step(self, name: tuple[str, str], step: planner.Step, versions: list[int], report: BatchReport,
                     tombstones: list[pa.Table], ahead: ChangesAhead) -> None:
+        """Applies one step; ``versions``: its commits' app-transaction versions (see :func:`step_versions`)."""
         database, table = name
         if isinstance(step, planner.RowStep):
             changes = ahead.changes(step)
@@ -366,24 +366,28 @@ class BatchApplier:
                 raise TableStopped("values that the lake column types cannot hold in "
                                    + ", ".join(f"{n} ({types.get(n)})" for n in unfit))
             changes = changes.drop_columns(["_cdc_unfit"])
-            merged = self.sink.apply_rows(database, table, changes, version, step.nulls_only)
+            merged = self.sink.apply_rows(database, table, changes, versions[0], step.nulls_only)
             report.inserted += merged["inserted"]
             report.updated += merged["updated"]
             report.deleted += merged["deleted"]
             deletes = changes.filter(pa.compute.equal(changes["_cdc_op"], "d"))
             if deletes.num_rows:
-                now = pa.array([int(time.time() * 1_000_000)] * deletes.num_rows, pa.int64())
-                tombstones.append(pa.table({
-                    "database": [database] * deletes.num_rows, "table": [table] * deletes.num_rows,
-                    "_cdc_key": deletes["_cdc_key"], "_cdc_seq": deletes["_cdc_seq"],
-                    "deleted_at": now.cast(pa.timestamp("us", tz="UTC")),
-                }))
+                tombstones.append(delta.tombstones(database, table, deletes["_cdc_key"], deletes["_cdc_seq"]))
             return
+        # A clause that is never applied stops the table before any clause of its statement is applied.
         for action in step.actions:
+            if isinstance(action, DDL.Unsupported):
+                raise TableStopped(action.reason)
+        for clause, (action, version) in enumerate(zip(step.actions, versions, strict=True)):
+            if clause:
+                failpoint("between-clauses")
             column_type = None
             if isinstance(action, DDL.AddColumn | DDL.ModifyColumn):
                 column_type = arrow_type(parse_type(action.type))
             self.sink.apply_ddl(database, table, action, version, step.seq, column_type)
+            if isinstance(action, DDL.Truncate | DDL.DropTable):
+                # Also where the step was committed before a crash: the batch records its tombstones as one.
+                tombstones.append(delta.tombstones(database, table, [delta.TABLE_TOMBSTONE], [step.seq]))
 
     def _stopped_records(self, records: DataFrame, log: DataFrame,
                          stopped: dict[tuple[str, str], str]) -> DataFrame:
@@ -398,6 +402,32 @@ class BatchApplier:
         return (records.join(coords, ["topic", "partition", "offset"])
                 .select("topic", "partition", "offset", "key", "value", F.lit(self.source.format).alias("format"),
                         "reason"))
+
+
+def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName, list[list[int]]]:
+    """The app-transaction versions of a batch's steps, by table: one per commit of a step (a row step makes one,
+    a DDL step one per action). Each table's Delta log holds its own markers, so each table numbers its steps
+    from the batch's first version on, and a batch may change any number of tables; a rename's target goes on
+    from the version of the commit that moved the source's log to it, which that log carries."""
+    first = batch * STEPS_PER_BATCH
+    start: dict[planner.TableName, int] = {}
+    versions: dict[planner.TableName, list[list[int]]] = {}
+    for name in plan.table_order:
+        used = start.get(name, 0)
+        numbered = versions[name] = []
+        for step in plan.tables[name]:
+            actions = step.actions if isinstance(step, planner.DdlStep) else [None]
+            numbered.append(list(range(first + used + 1, first + used + 1 + len(actions))))
+            for action in actions:
+                used += 1
+                if isinstance(action, DDL.RenameTable):
+                    target = (action.database or name[0], action.table)
+                    start[target] = max(start.get(target, 0), used)
+        if used > delta.TABLE_STEPS:
+            raise RuntimeError(f"batch {batch} makes {used} commits to table {name[0]}.{name[1]} (its segments and "
+                               f"DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
+                               f"source's max_records_per_batch")
+    return versions
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
 from cdclake.records import Record, captured_line, write_records
 from cdclake.sinks import delta
-from tests.crashes import crash_at_every_point_then_finish
+from tests.crashes import CRASH_POINTS, crash_at_every_point_then_finish
 from tests.lake import lake_rows
 
 pytestmark = pytest.mark.spark
@@ -624,6 +624,35 @@ def test_crash_at_every_point_of_a_batch_is_applied_exactly_once(tmp_path):
     progress = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "progress")).to_pyarrow_table().to_pylist()
     assert sorted(p["batch"] for p in progress) == list(range(len(progress)))  # each batch recorded once
     assert sum(p["records"] for p in progress) == len(recs)
+
+
+def test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once(tmp_path):
+    """Each clause of a DDL statement is a commit of its own, with a version of its own: with one version for the
+    statement, a replay took the second clause for applied, and so did the first run (only the first clause of
+    every statement reached the lake). The first crash also falls after a TRUNCATE was applied and before the
+    batch records its tombstones: the replay records the table's tombstone, once."""
+    narrow = [c for c in COLUMNS if c.name not in ("name", "balance")] + [Column("email", "varchar(128)")]
+    last = change(INSERT, 14, 3, columns=narrow)
+    assert last.after is not None
+    last.after["email"] = "u3@example.com"
+    events = [change(INSERT, 10, 1, table="audit"), change(INSERT, 11, 2, table="audit"),
+              ddl(12, "TRUNCATE TABLE shop.audit", table="audit", kind=TRUNCATE), change(INSERT, 13, 3, table="audit"),
+              change(INSERT, 10, 1), change(INSERT, 11, 2),
+              ddl(12, "ALTER TABLE shop.users DROP COLUMN name, ADD COLUMN email varchar(128), DROP COLUMN balance"),
+              last]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records(events))
+    lake = tmp_path / "lake"
+    crash_at_every_point_then_finish(
+        [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+         "--lake", str(lake)], points=["between-clauses", *CRASH_POINTS])
+    users = lake_rows(str(lake), "shop", "users")
+    assert sorted(users) == ["[1]", "[2]", "[3]"]
+    assert "name" not in users["[1]"] and "balance" not in users["[1]"]
+    assert users["[1]"]["email"] is None and users["[3]"]["email"] == "u3@example.com"
+    assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[3]"]
+    buried = DeltaTable(str(lake / "_cdclake" / "tombstones")).to_pyarrow_table().to_pylist()
+    assert [(r["table"], r["_cdc_key"]) for r in buried] == [("audit", delta.TABLE_TOMBSTONE)]
 
 
 def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path, batches_of):

@@ -16,7 +16,8 @@ Lake layout (a contract):
   snapshot the next batch starts from).
 
 Every commit carries a Delta app-transaction marker (app id ``cdclake:<pipeline>``, version = batch
-version × 1000 + step), so a batch replayed after a crash skips the steps it had already committed.
+version × 1000 + the step's number on that table, 1 to :data:`TABLE_STEPS`; the lake's own tables take 996-999),
+so a batch replayed after a crash skips the steps it had already committed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from cdclake import ddl as DDL
 
 STEPS_PER_BATCH = 1000
+# The versions 1-995 of a batch number its commits to one table (cdclake.pipeline.step_versions): each table's Delta
+# log holds its own markers, so the count of tables a batch changes is not bounded by them.
+TABLE_STEPS = 995
 WRITE_ATTEMPTS = 3
 TABLE_TOMBSTONE = "*"  # the key of a tombstone that buries a whole table (TRUNCATE, DROP TABLE)
 SEQ_TS_CHARS = 20  # a _cdc_seq starts with its commit ts, 20 digits (cdclake.spark.planner.SEQ)
@@ -74,6 +78,14 @@ class TableStopped(Exception):
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def tombstones(database: str, table: str, keys: pa.Array | list[str], seqs: pa.Array | list[str]) -> pa.Table:
+    """Tombstone rows for :meth:`DeltaSink.record_tombstones`: deleted keys of one table and their deletes'
+    sequences; the key :data:`TABLE_TOMBSTONE` buries the whole table as of its sequence (TRUNCATE, DROP TABLE)."""
+    count = len(keys)
+    return pa.table({"database": [database] * count, "table": [table] * count, "_cdc_key": keys, "_cdc_seq": seqs,
+                     "deleted_at": pa.array([_now()] * count, TOMBSTONES.field("deleted_at").type)}).cast(TOMBSTONES)
 
 
 def quote(name: str) -> str:
@@ -350,11 +362,6 @@ class DeltaSink:  # implements sinks.base.Sink
         keep = pc.or_kleene(pc.is_null(joined["_tomb_seq"]), pc.greater(joined["_cdc_seq"], joined["_tomb_seq"]))
         return joined.filter(pc.fill_null(keep, True)).drop_columns(["_tomb_seq"]).select(changes.column_names)
 
-    def _bury_table(self, database: str, table: str, seq: str, version: int) -> None:
-        self.record_tombstones(pa.Table.from_pydict({
-            "database": [database], "table": [table], "_cdc_key": [TABLE_TOMBSTONE], "_cdc_seq": [seq],
-            "deleted_at": [_now()]}, schema=TOMBSTONES), version)
-
     def record_tombstones(self, tombstones: pa.Table, version: int) -> None:
         """Append the batch's deletes (:meth:`expire_tombstones` forgets them after the retention horizon). An
         append, not an upsert per key: a MERGE reads every tombstone of the horizon, each batch."""
@@ -387,13 +394,10 @@ class DeltaSink:  # implements sinks.base.Sink
         if isinstance(action, DDL.Unsupported):
             raise TableStopped(action.reason)
         if current is None:
-            if isinstance(action, DDL.Truncate | DDL.DropTable):
-                self._bury_table(database, table, seq, version)
             return "no lake table yet"
         if isinstance(action, DDL.Truncate | DDL.DropTable):
-            # A change older than the statement may still arrive from another partition: the table-wide
-            # tombstone buries it, and rows newer than the statement (already here) stay.
-            self._bury_table(database, table, seq, version)
+            # Rows newer than the statement (already here) stay. A change older than it may still arrive from
+            # another partition: the caller records a table-wide tombstone (tombstones()) to bury it.
             self._rewrite(current, lambda target: target.delete(f"_cdc_seq < '{seq}'",
                                                                 commit_properties=self._commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(

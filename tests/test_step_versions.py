@@ -1,0 +1,66 @@
+"""The app-transaction versions a batch's commits carry (``pipeline.step_versions``): what makes a replayed batch
+skip exactly the commits it had made. Plain Python on stand-in plans; the real path is every pipeline test, and
+``test_pipeline.py::test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once`` for DDL clauses."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdclake import ddl as DDL
+from cdclake.pipeline import step_versions
+from cdclake.sinks.delta import STEPS_PER_BATCH, TABLE_STEPS
+from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
+
+
+def plan_of(tables: dict[TableName, list[Step]], order: list[TableName] | None = None) -> BatchPlan:
+    return BatchPlan(tables=tables, table_order=order or sorted(tables), dead_letters=None, counts={}, last_seq={},
+                     partition_ts={}, records=0, offsets={}, net=None)  # type: ignore[arg-type]
+
+
+def rows(name: TableName, segment: int = 0) -> RowStep:
+    return RowStep((name[0], name[1], segment), [], None, set())  # type: ignore[arg-type]
+
+
+def ddl(segment: int, statement: str) -> DdlStep:
+    return DdlStep(segment, statement, "ddl", f"{segment:020d}/", DDL.parse(statement))
+
+
+def test_each_clause_of_a_statement_gets_a_version_of_its_own():
+    users = ("shop", "users")
+    plan = plan_of({users: [rows(users), ddl(0, "ALTER TABLE users DROP COLUMN a, DROP COLUMN b, ADD COLUMN c int"),
+                            rows(users, 1), ddl(1, "ALTER TABLE users ALTER COLUMN d SET DEFAULT 1")]})
+    first = 7 * STEPS_PER_BATCH
+    # The statement that changes nothing in the lake (a default) commits nothing, so it takes no version.
+    assert step_versions(plan, 7) == {users: [[first + 1], [first + 2, first + 3, first + 4], [first + 5], []]}
+
+
+def test_every_table_numbers_its_own_commits_so_a_batch_may_change_thousands_of_tables():
+    tables = {("db", f"t{i:04d}"): [rows(("db", f"t{i:04d}")), ddl(0, f"TRUNCATE TABLE t{i:04d}"),
+                                    rows(("db", f"t{i:04d}"), 1)] for i in range(3000)}
+    versions = step_versions(plan_of(tables), 2)
+    for numbered in versions.values():
+        assert numbered == [[2001], [2002], [2003]]  # all inside batch 2's range, below the bookkeeping's 996-999
+
+
+def test_a_renamed_tables_commits_go_on_from_the_one_that_moved_its_log():
+    source, target = ("shop", "users"), ("archive", "people")
+    tables = {source: [rows(source), rows(source, 1), ddl(1, "RENAME TABLE shop.users TO archive.people")],
+              target: [rows(target)]}
+    # Sorted, the target comes first; the planner puts it after its source.
+    versions = step_versions(plan_of(tables, [source, target]), 1)
+    assert versions[source] == [[1001], [1002], [1003]]
+    assert versions[target] == [[1004]]  # the moved log carries 1003: a lower version would read as already applied
+    chained = {**tables, target: [rows(target), ddl(1, "ALTER TABLE archive.people RENAME TO attic")],
+               ("archive", "attic"): [rows(("archive", "attic"))]}
+    versions = step_versions(plan_of(chained, [source, target, ("archive", "attic")]), 1)
+    assert versions[("archive", "attic")] == [[1006]]
+
+
+def test_more_commits_to_one_table_than_a_batch_can_number_fail_the_batch_with_the_remedy():
+    users = ("shop", "users")
+    steps: list[Step] = []
+    for segment in range(TABLE_STEPS // 2 + 1):
+        steps += [rows(users, segment), ddl(segment, f"ALTER TABLE users ADD COLUMN c{segment} int")]
+    with pytest.raises(RuntimeError, match="more than the 995 a batch can number: lower the source's "
+                                           "max_records_per_batch"):
+        step_versions(plan_of({users: steps}), 0)
