@@ -50,6 +50,9 @@ def _key(row: dict, names: list[str]) -> W.KeyTuple:
     return tuple(sorted((n, row[n]) for n in names))
 
 
+RENAMED = r"ALTER TABLE \S+ (?:RENAME|CHANGE) COLUMN `([^`]+)` (?:TO )?`([^`]+)`"
+
+
 def naive_fold(events: list[ChangeEvent]) -> W.State:
     """The simplest possible reading of the simulator's own events, in the order given (commit order)."""
     state: W.State = {}
@@ -68,6 +71,11 @@ def naive_fold(events: list[ChangeEvent]) -> W.State:
             state.pop(ident, None)
         elif e.kind == DDL and e.ddl.startswith("CREATE TABLE"):
             state[ident] = {}
+        elif e.kind == DDL and (renamed := re.match(RENAMED, e.ddl)):
+            old, new = renamed.groups()
+            rows = state.get(ident, {})
+            for k, row in rows.items():
+                rows[k] = {(new if n == old else n): v for n, v in row.items()}
         elif e.kind == DDL:
             action, name = re.match(r"ALTER TABLE \S+ (ADD|DROP) COLUMN `([^`]+)`", e.ddl).groups()
             rows = state.get(ident, {})

@@ -1,6 +1,6 @@
 """The DDL statements the lake follows, parsed from MySQL/TiDB statement text.
 
-Only what changes a lake table's shape or contents matters: ADD / DROP / MODIFY / CHANGE COLUMN,
+Only what changes a lake table's shape or contents matters: ADD / DROP / MODIFY / CHANGE / RENAME COLUMN,
 TRUNCATE, DROP TABLE, RENAME TABLE. Index, constraint, partition, comment and option changes leave the
 lake unchanged. Anything else that alters a table is reported as unsupported, so the pipeline can stop
 that table with a clear message instead of guessing.
@@ -28,6 +28,11 @@ class ModifyColumn(msgspec.Struct, frozen=True):
     new_name: str | None = None
 
 
+class RenameColumn(msgspec.Struct, frozen=True):
+    name: str
+    new_name: str
+
+
 class Truncate(msgspec.Struct, frozen=True):
     pass
 
@@ -45,7 +50,7 @@ class Unsupported(msgspec.Struct, frozen=True):
     reason: str
 
 
-Action = AddColumn | DropColumn | ModifyColumn | Truncate | DropTable | RenameTable | Unsupported
+Action = AddColumn | DropColumn | ModifyColumn | RenameColumn | Truncate | DropTable | RenameTable | Unsupported
 
 _IDENT = r"(?:`(?:[^`]|``)+`|\"[^\"]+\"|[\w$]+)"
 _QUALIFIED = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
@@ -154,7 +159,7 @@ def _alter_spec(spec: str) -> list[Action]:
         return [RenameTable(*split_qualified(match.group(1)))]
     match = re.match(rf"^RENAME\s+COLUMN\s+({_IDENT})\s+TO\s+({_IDENT})$", spec, re.IGNORECASE)
     if match:
-        return [Unsupported(f"RENAME COLUMN {unquote(match.group(1))} is not applied to lake tables")]
+        return [RenameColumn(unquote(match.group(1)), unquote(match.group(2)))]
     if re.match(r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT", spec, re.IGNORECASE):
         return []
     return [Unsupported(f"unsupported ALTER TABLE clause: {spec[:80]}")]

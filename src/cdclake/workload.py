@@ -66,7 +66,8 @@ ADD_COLUMN: Final = "add_column"
 DROP_COLUMN: Final = "drop_column"
 TRUNCATE_TABLE: Final = "truncate"
 DROP_TABLE: Final = "drop_table"  # followed, some transactions later, by CREATE TABLE of the same name
-DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE)
+RENAME_COLUMN: Final = "rename_column"  # RENAME COLUMN or CHANGE COLUMN, of a column outside the key
+DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE, RENAME_COLUMN)
 
 TSO_LOGICAL_BITS: Final = 18
 START_MS: Final = 1_714_521_600_000  # 2024-05-01T00:00:00Z, the simulated clock's start
@@ -732,6 +733,17 @@ class Database:
             for key, row in list(table.rows.items()):
                 table.rows[key] = {name: value for name, value in row.items() if name != gone}
             return [self._ddl_event(table, f"ALTER TABLE {where} DROP COLUMN {_quote(gone)}", columns)]
+        if kind == RENAME_COLUMN and droppable:
+            old = droppable[r.randrange(len(droppable))]
+            name = f"c{table.next_column}_{parse_type(old.type).name}"
+            table.next_column += 1
+            columns = [msgspec.structs.replace(c, name=name) if c is old else c for c in table.columns]
+            table.set_columns(columns)
+            for key, row in list(table.rows.items()):
+                table.rows[key] = {(name if n == old.name else n): value for n, value in row.items()}
+            clause = (f"RENAME COLUMN {_quote(old.name)} TO {_quote(name)}" if r.random() < 0.5
+                      else f"CHANGE COLUMN {_quote(old.name)} {_quote(name)} {old.type}")
+            return [self._ddl_event(table, f"ALTER TABLE {where} {clause}", columns)]
         if kind == TRUNCATE_TABLE:
             table.clear()
             event = self._ddl_event(table, f"TRUNCATE TABLE {where}", table.columns)
@@ -847,7 +859,8 @@ def fold(events: Iterable[ChangeEvent]) -> State:
     by (commit_ts, position), so a redelivered copy with the same commit_ts and position lands next to its
     original and re-applies the same change; inserts and updates write their whole after image, an update
     whose key changes deletes the old key, deletes remove the key. DDL is applied as :func:`cdclake.ddl.parse`
-    reads it (ADD COLUMN gives present rows a NULL column, DROP COLUMN removes it, TRUNCATE empties the table,
+    reads it (ADD COLUMN gives present rows a NULL column, DROP COLUMN removes it, RENAME and CHANGE COLUMN
+    rename it, TRUNCATE empties the table,
     DROP TABLE removes it, RENAME TABLE moves it); every action is idempotent, so a redelivered or broadcast
     DDL is harmless.
 
@@ -912,7 +925,7 @@ def _apply(state: State, ident: tuple[str, str], action: ddl_actions.Action) -> 
         for key, row in rows.items():
             if action.name in row:
                 rows[key] = {n: v for n, v in row.items() if n != action.name}
-    elif isinstance(action, ddl_actions.ModifyColumn) and action.new_name:
+    elif isinstance(action, ddl_actions.ModifyColumn | ddl_actions.RenameColumn) and action.new_name:
         for key, row in rows.items():
             rows[key] = {(action.new_name if n == action.name else n): v for n, v in row.items()}
 

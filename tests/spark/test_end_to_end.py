@@ -59,6 +59,28 @@ def test_workload_reaches_the_expected_state(spark, tmp_path, request, name, opt
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("name", sorted(n for n in formats.names() if workload.DDL_KINDS[0] in
+                                         workload.profile_for(n, {}).ddl))
+def test_a_workload_heavy_with_ddl_reaches_the_expected_state(spark, tmp_path, name):
+    """One transaction in 25 a DDL statement (columns added, dropped and renamed, tables truncated, dropped and made
+    again), over three partitions read a few hundred records a batch, so that a batch holds several statements and
+    a partition is often read ahead of the one with the statement."""
+    settings = {"tables": 3, "seed": 7, "ddl_rate": 0.04}
+    generated = workload.generate(name, events=1500, partitions=3, **settings)
+    # The same simulation again, for its statements: each kind of them, renames of both forms too.
+    events = workload.Database(profile=workload.profile_for(name, {}), **settings).run(1500)
+    statements = " ".join(e.ddl for e in events if e.ddl)
+    for kind in ("ADD COLUMN", "DROP COLUMN", "RENAME COLUMN", "CHANGE COLUMN", "TRUNCATE", "DROP TABLE"):
+        assert kind in statements
+    workload.write_generated(tmp_path / "data", generated)
+    config = PipelineConfig(lake=str(tmp_path / "lake"), name="ddl", sources=[
+        SourceConfig(format=name, input=str(tmp_path / "data" / "records"), max_records_per_batch=300)])
+    summary = pipeline.run(config, spark=spark)
+    assert summary.total("dead_letters") == 0 and not summary.stopped
+    problems = differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
+    assert not problems, "\n".join(problems)
+
+
 def test_schemaless_debezium_json_with_its_column_types_stated_reaches_the_expected_state(spark, tmp_path):
     # Without schemas, the column-types option gives back what the schema would say: every column type of the
     # simulator, not only those whose JSON values are already canonical, arrives value for value.

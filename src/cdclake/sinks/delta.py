@@ -266,7 +266,9 @@ class DeltaSink:  # implements sinks.base.Sink
         # Opened once for all the checks below: opening reads the table's log since its last checkpoint, which
         # a table written every batch makes up to a hundred commits long (60 commits: 45 ms an opening).
         target = self._open(uri)
-        if self._committed(target, version):
+        if self._committed(target, version) or (target is None and pc.all(pc.equal(changes["_cdc_op"], "d")).as_py()):
+            # Deletes alone make no table: their images state no value, so a table made from them would take the
+            # types their messages state for NULL, which may be stand-ins (DTS cannot tell a NULL BLOB from TEXT).
             return {"inserted": 0, "updated": 0, "deleted": 0}
         changes = self._drop_buried(database, table, changes)
         changes = self._keep_lake_types(target, changes, nulls_only)
@@ -302,9 +304,12 @@ class DeltaSink:  # implements sinks.base.Sink
             if field.name in nulls_only:
                 changes = changes.set_column(index, pa.field(field.name, lake_type),
                                              pa.nulls(changes.num_rows, lake_type))
-            elif widens(field.type, lake_type):
+            elif widens(field.type, lake_type) and (_is_text(field.type) or not _is_text(lake_type)
+                                                    or _holds_values(table, field.name)):
+                # A text column that has never held a value took a stand-in type: the lake takes the batch's type
+                # instead (_ensure_table), rather than keeping numbers or bytes as text.
                 changes = changes.set_column(index, pa.field(field.name, lake_type),
-                                             pc.cast(changes[field.name], lake_type))
+                                             _cast_or_stop(changes[field.name], field.name, lake_type))
         return changes
 
     def _ensure_table(self, uri: str, schema: pa.Schema, table: DeltaTable | None) -> DeltaTable:
@@ -325,15 +330,12 @@ class DeltaSink:  # implements sinks.base.Sink
         return table
 
     def _widen(self, uri: str, column: str, new_type: pa.DataType, version: int | None = None) -> None:
-        table = DeltaTable(uri, storage_options=self.storage_options)
-        data = table.to_pyarrow_table()
-        old_type = data.schema.field(column).type
-        if not widens(old_type, new_type):
-            raise TableStopped(f"column {column} cannot change from {old_type} to {new_type} without loss")
-        index = data.schema.get_field_index(column)
-        data = data.set_column(index, pa.field(column, new_type), pc.cast(data[column], new_type))
-        write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite",
-                        storage_options=self.storage_options,
+        data = DeltaTable(uri, storage_options=self.storage_options).to_pyarrow_table()
+        self._overwrite(uri, _retyped(data, column, new_type), version)
+
+    def _overwrite(self, uri: str, data: pa.Table, version: int | None) -> None:
+        """The table rewritten whole, in a new shape (a column dropped, renamed or widened)."""
+        write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", storage_options=self.storage_options,
                         commit_properties=None if version is None else self._commit(version))
 
     def _drop_buried(self, database: str, table: str, changes: pa.Table) -> pa.Table:
@@ -424,12 +426,23 @@ class DeltaSink:  # implements sinks.base.Sink
             data = current.to_pyarrow_table()
             if action.name not in data.column_names:
                 return "no such column"
-            write_deltalake(uri, data.drop_columns([action.name]), mode="overwrite", schema_mode="overwrite",
-                            storage_options=self.storage_options, commit_properties=self._commit(version))
+            self._overwrite(uri, data.drop_columns([action.name]), version)
             return f"dropped column {action.name}"
+        if isinstance(action, DDL.RenameColumn | DDL.ModifyColumn) and action.new_name:
+            # CHANGE COLUMN may also change the type: one rewrite does both, under the clause's one version.
+            data = current.to_pyarrow_table()
+            if action.name not in data.column_names:
+                return "no such column"
+            # Delta, like MySQL, does not tell column names apart by case alone.
+            taken = [n for n in data.column_names if n.lower() == action.new_name.lower() and n != action.name]
+            if taken:
+                data = _merged_into(data, action.name, taken[0], seq)
+            data = data.rename_columns({action.name: action.new_name})
+            if isinstance(action, DDL.ModifyColumn):
+                data = _retyped(data, action.new_name, lake_type)
+            self._overwrite(uri, data, version)
+            return f"renamed column {action.name} to {action.new_name}"
         if isinstance(action, DDL.ModifyColumn):
-            if action.new_name:
-                raise TableStopped(f"CHANGE COLUMN renaming {action.name} is not applied to lake tables")
             existing = pa.schema(current.schema().to_arrow())
             if action.name not in existing.names or _same_type(existing.field(action.name).type, lake_type):
                 return "unchanged"
@@ -592,6 +605,50 @@ def _plain_types(data: pa.Table) -> pa.Table:
     return data.cast(pa.schema(fields))
 
 
+def _merged_into(data: pa.Table, old: str, new: str, seq: str) -> pa.Table:
+    """Column ``old`` renamed at ``seq`` onto ``new``, which the lake has already: a partition read ahead of the
+    one with the statement brought rows of the new name first, so a row written after the rename holds its value
+    under the new name and an older row under the old one."""
+    old_type, new_type = data.schema.field(old).type, data.schema.field(new).type
+    common = new_type if widens(old_type, new_type) else old_type if widens(new_type, old_type) else None
+    if common is None:
+        raise TableStopped(f"column {old} cannot be renamed to {new}: the lake table has a column {new} of type "
+                           f"{new_type}, which cannot hold its values ({old_type}) nor they its values")
+    older = pc.less(data["_cdc_seq"], pa.scalar(seq, data.schema.field("_cdc_seq").type))
+    values = pc.if_else(older, _cast_or_stop(data[old], old, common), _cast_or_stop(data[new], new, common))
+    data = data.drop_columns([new])
+    return data.set_column(data.schema.get_field_index(old), pa.field(old, common), values)
+
+
+def _retyped(data: pa.Table, column: str, new_type: pa.DataType) -> pa.Table:
+    """``data`` with ``column`` of ``new_type``: a type that holds every value of the old one, or any type where the
+    column holds no value (its type was the stand-in that a message stated for NULL)."""
+    old_type = data.schema.field(column).type
+    if _same_type(old_type, new_type):
+        return data
+    if not widens(old_type, new_type) and data[column].null_count < data.num_rows:
+        raise TableStopped(f"column {column} cannot change from {old_type} to {new_type} without loss")
+    return data.set_column(data.schema.get_field_index(column), pa.field(column, new_type),
+                           _cast_or_stop(data[column], column, new_type))
+
+
+def _cast_or_stop(values: pa.ChunkedArray, column: str, new_type: pa.DataType) -> pa.ChunkedArray:
+    """Bytes become text only where they are UTF-8: other casts that :func:`widens` allows cannot fail."""
+    try:
+        return pc.cast(values, new_type)
+    except pa.ArrowInvalid as exc:
+        raise TableStopped(f"column {column}: its values cannot become {new_type}: {exc}") from None
+
+
+def _holds_values(table: DeltaTable, column: str) -> bool:
+    dataset = table.to_pyarrow_dataset()
+    return dataset.scanner(columns=[column], filter=pc.field(column).is_valid()).head(1).num_rows > 0
+
+
+def _is_text(data_type: pa.DataType) -> bool:
+    return pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
+
+
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
     return a == b or (pa.types.is_string(a) and pa.types.is_large_string(b)) or (
         pa.types.is_large_string(a) and pa.types.is_string(b)) or (
@@ -604,7 +661,7 @@ _INT_ORDER: Sequence[pa.DataType] = (pa.int8(), pa.int16(), pa.int32(), pa.int64
 
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """Whether every value of ``old`` is exactly representable in ``new``."""
-    if pa.types.is_string(new) or pa.types.is_large_string(new):
+    if _is_text(new):
         return True
     if old in _INT_ORDER and new in _INT_ORDER:
         return _INT_ORDER.index(old) <= _INT_ORDER.index(new)
