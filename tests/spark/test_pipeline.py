@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -682,7 +683,9 @@ def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_
     write_records(tmp_path / "in" / "2.jsonl", records(later, start_offset=2))
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
     (stopped,) = [b.stopped for b in summary.batches if b.stopped]
-    assert "column balance cannot change from decimal128(12, 4) to int32 without loss" in stopped["shop.users"]
+    # TiCDC's canal-json states no DECIMAL precision: the lake's is the one its values needed.
+    assert re.search(r"column balance cannot change from decimal128\(\d+, 4\) to int32 without loss",
+                     stopped["shop.users"])
     lake = tmp_path / "lake"
     assert lake_rows(str(lake), "shop", "users")["[1]"]["name"] == "user 1 v0"
     assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[1]", "[2]"]
