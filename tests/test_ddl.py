@@ -24,6 +24,14 @@ from cdclake.sinks.delta import DeltaSink, TableStopped
     ("ALTER TABLE t RENAME COLUMN `a` TO `b c`", [DDL.RenameColumn("a", "b c")]),
     ("ALTER TABLE t RENAME COLUMN a TO b, RENAME COLUMN c TO a",
      [DDL.RenameColumn("a", "b"), DDL.RenameColumn("c", "a")]),
+    # MySQL renames at once; the lake, clause after clause, would merge a into b before b moves away.
+    ("ALTER TABLE t RENAME COLUMN a TO b, RENAME COLUMN b TO a",
+     [DDL.Unsupported("renaming column a to b in the statement that also renames or drops b is not applied to lake "
+                      "tables")]),
+    ("ALTER TABLE t CHANGE a B int, DROP COLUMN b",
+     [DDL.Unsupported("renaming column a to B in the statement that also renames or drops b is not applied to lake "
+                      "tables")]),
+    ("ALTER TABLE t CHANGE a b int, ADD a text", [DDL.ModifyColumn("a", "int", "b"), DDL.AddColumn("a", "text")]),
     ("ALTER TABLE t RENAME TO u", [DDL.RenameTable(None, "u")]),
     ("ALTER TABLE t ADD INDEX i (a), ALTER COLUMN a SET DEFAULT 1", []),
     ("TRUNCATE TABLE t", [DDL.Truncate()]),
@@ -90,9 +98,12 @@ def test_a_rename_onto_a_column_that_rows_read_ahead_brought_keeps_each_rows_lat
     (DDL.RenameColumn("score", "seen"), None, "column score cannot be renamed to seen: the lake table has a column "
                                               "seen of type timestamp.*, which cannot hold its values"),
     (DDL.ModifyColumn("score", "tinyint", "points"), pa.int8(), "column points cannot change from int32 to int8"),
+    (DDL.RenameColumn("name", "nickname"), None, "column name cannot be renamed to nickname: the lake table has a "
+                                                 "column nickname with values that rows written before the rename"),
 ])
 def test_a_rename_that_would_lose_values_stops_the_table_and_changes_nothing(sink, action, lake_type, reason):
-    sink.apply_rows("d", "t", changes([{"id": 3, "seen": dt.datetime(2024, 5, 1, tzinfo=dt.UTC)}]), 1002)
+    sink.apply_rows("d", "t", changes([{"id": 3, "seen": dt.datetime(2024, 5, 1, tzinfo=dt.UTC),
+                                        "nickname": "c"}]), 1002)
     before = table_of(sink)
     with pytest.raises(TableStopped, match=reason):
         sink.apply_ddl("d", "t", action, 1003, "s", lake_type)

@@ -131,6 +131,21 @@ def parse(sql: str) -> list[Action]:
     actions: list[Action] = []
     for spec in _split_top_level(match.group(1)):
         actions.extend(_alter_spec(spec))
+    return _one_after_another(actions)
+
+
+def _one_after_another(actions: list[Action]) -> list[Action]:
+    """A statement's clauses, which the lake applies one after another. MySQL renames at once (``RENAME COLUMN a
+    TO b, RENAME COLUMN b TO a`` swaps them), which is the same unless a clause renames onto a name that a later
+    clause renames away or drops."""
+    for index, action in enumerate(actions):
+        if isinstance(action, RenameColumn | ModifyColumn) and action.new_name:
+            target = action.new_name.lower()
+            for later in actions[index + 1:]:
+                if isinstance(later, RenameColumn | ModifyColumn | DropColumn) and later.name.lower() == target and (
+                        not isinstance(later, ModifyColumn) or later.new_name):
+                    return [Unsupported(f"renaming column {action.name} to {action.new_name} in the statement that "
+                                        f"also renames or drops {later.name} is not applied to lake tables")]
     return actions
 
 

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -675,17 +674,16 @@ def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 1, table="audit")]))
     run(spark, tmp_path / "in", tmp_path / "lake")
-    # A narrowing type change is not applied to lake tables: users stops; audit goes on. Three updates of one key,
-    # which a reduction would fold into one change, each stay accounted for.
-    later = [ddl(20, "ALTER TABLE shop.users MODIFY COLUMN balance int"),
+    # A swap of column names is not applied to lake tables: users stops, before either rename; audit goes on. Three
+    # updates of one key, which a reduction would fold into one change, each stay accounted for.
+    later = [ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO balance, RENAME COLUMN balance TO name"),
              *[change(UPDATE, 21 + v, 1, version=v + 1, before_version=v) for v in range(3)],
              change(INSERT, 30, 2, table="audit")]
     write_records(tmp_path / "in" / "2.jsonl", records(later, start_offset=2))
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
     (stopped,) = [b.stopped for b in summary.batches if b.stopped]
-    # TiCDC's canal-json states no DECIMAL precision: the lake's is the one its values needed.
-    assert re.search(r"column balance cannot change from decimal128\(\d+, 4\) to int32 without loss",
-                     stopped["shop.users"])
+    assert stopped["shop.users"] == ("renaming column name to balance in the statement that also renames or drops "
+                                     "balance is not applied to lake tables")
     lake = tmp_path / "lake"
     assert lake_rows(str(lake), "shop", "users")["[1]"]["name"] == "user 1 v0"
     assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[1]", "[2]"]

@@ -615,6 +615,9 @@ def _merged_into(data: pa.Table, old: str, new: str, seq: str) -> pa.Table:
         raise TableStopped(f"column {old} cannot be renamed to {new}: the lake table has a column {new} of type "
                            f"{new_type}, which cannot hold its values ({old_type}) nor they its values")
     older = pc.less(data["_cdc_seq"], pa.scalar(seq, data.schema.field("_cdc_seq").type))
+    if pc.any(pc.and_(older, pc.is_valid(data[new]))).as_py():
+        raise TableStopped(f"column {old} cannot be renamed to {new}: the lake table has a column {new} with values "
+                           f"that rows written before the rename gave it")
     values = pc.if_else(older, _cast_or_stop(data[old], old, common), _cast_or_stop(data[new], new, common))
     data = data.drop_columns([new])
     return data.set_column(data.schema.get_field_index(old), pa.field(old, common), values)
