@@ -144,3 +144,21 @@ def test_bytes_that_are_not_text_stop_the_table_of_a_text_column_with_values(tmp
     # Bytes that are text (a BLOB column made TEXT) become text.
     sink.apply_rows("d", "t", changes([{"id": 2, "c": b"caf\xc3\xa9"}]), 3001)
     assert table_of(sink)["c"].to_pylist() == ["text", "café"]
+
+
+# -- rows of a partition read behind the one that sent the statement ----------------------------------------------
+def test_older_rows_under_a_renamed_or_dropped_columns_old_name_do_not_bring_it_back(sink):
+    """A partition read behind the one with the statements brings rows written before them, in a later batch."""
+    sink.apply_ddl("d", "t", DDL.RenameColumn("name", "nick"), 1002, f"{10:020d}/")
+    sink.apply_ddl("d", "t", DDL.RenameColumn("nick", "alias"), 1003, f"{11:020d}/")
+    sink.apply_ddl("d", "t", DDL.DropColumn("score"), 1004, f"{12:020d}/")
+    late = changes([{"id": 1, "name": "a5", "score": pa.scalar(5, pa.int32())},
+                    {"id": 2, "name": "b6", "score": pa.scalar(6, pa.int32())}], at=5)
+    sink.apply_rows("d", "t", late, 2001)
+    table = table_of(sink)
+    assert [n for n in table.column_names if not n.startswith("_cdc")] == ["id", "alias"]
+    assert table["alias"].to_pylist() == ["a5", "b6"]
+    # A row written after the statements that carries a column of the old name has a new column of that name.
+    sink.apply_rows("d", "t", changes([{"id": 3, "name": "c", "alias": "z"}], at=20), 3001)
+    table = table_of(sink)
+    assert table["name"].to_pylist() == [None, None, "c"] and table["alias"].to_pylist() == ["a5", "b6", "z"]

@@ -64,6 +64,7 @@ PROGRESS = pa.schema([
     ("partition_ts", pa.string()), ("resolved_ts", pa.string()), ("consistent_ts", pa.int64()),
     ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()),
 ])
+COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                           ("offset", pa.int64()), ("pinned_at", pa.timestamp("us", tz="UTC"))])
@@ -126,8 +127,11 @@ class DeltaSink:  # implements sinks.base.Sink
         return self._kept_tombstones
 
     # -- exactly once ------------------------------------------------------------------------------
-    def _commit(self, version: int) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(self.app_id, version)])
+    def _commit(self, version: int, column_change: dict[str, Any] | None = None) -> CommitProperties:
+        """The app-transaction marker; with a DROP or RENAME COLUMN the commit names it (see _older_rows_columns)."""
+        return CommitProperties(app_transactions=[Transaction(self.app_id, version)],
+                                custom_metadata=None if column_change is None else {
+                                    COLUMN_CHANGE: json.dumps(column_change)})
 
     def done(self, uri: str, version: int) -> bool:
         """Whether the step with this version was already committed to the table at ``uri``."""
@@ -271,6 +275,8 @@ class DeltaSink:  # implements sinks.base.Sink
             # types their messages state for NULL, which may be stand-ins (DTS cannot tell a NULL BLOB from TEXT).
             return {"inserted": 0, "updated": 0, "deleted": 0}
         changes = self._drop_buried(database, table, changes)
+        if target is not None:
+            changes = self._older_rows_columns(target, changes)
         changes = self._keep_lake_types(target, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
         target = self._ensure_table(uri, changes.select(data_columns).schema, target)
@@ -333,10 +339,43 @@ class DeltaSink:  # implements sinks.base.Sink
         data = DeltaTable(uri, storage_options=self.storage_options).to_pyarrow_table()
         self._overwrite(uri, _retyped(data, column, new_type), version)
 
-    def _overwrite(self, uri: str, data: pa.Table, version: int | None) -> None:
+    def _overwrite(self, uri: str, data: pa.Table, version: int | None,
+                   column_change: dict[str, Any] | None = None) -> None:
         """The table rewritten whole, in a new shape (a column dropped, renamed or widened)."""
         write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", storage_options=self.storage_options,
-                        commit_properties=None if version is None else self._commit(version))
+                        commit_properties=None if version is None else self._commit(version, column_change))
+
+    def _older_rows_columns(self, table: DeltaTable, changes: pa.Table) -> pa.Table:
+        """Rows written before a DROP or RENAME COLUMN that the lake has applied (a partition read behind the one
+        that sent the statement) carry the column as it was: their values go to the renamed column, or away with
+        the dropped one, rather than bring the old column back. The commits that applied those statements name
+        them; a column the lake never had is left to the schema's evolution."""
+        lake = set(pa.schema(table.schema().to_arrow()).names)
+        pending = [n for n in changes.column_names if n not in lake and not n.startswith("_cdc_")]
+        if not pending:
+            return changes
+        changed = [json.loads(commit[COLUMN_CHANGE]) for commit in table.history() if commit.get(COLUMN_CHANGE)]
+        while pending:
+            name = pending.pop(0)
+            statement = next((c for c in changed if name in (c.get("drop"), c.get("rename", [None])[0])), None)
+            if statement is None or name not in changes.column_names:
+                continue
+            older = pc.less(changes["_cdc_seq"], pa.scalar(statement["seq"], changes.schema.field("_cdc_seq").type))
+            values = changes[name]
+            if "rename" in statement:
+                new = statement["rename"][1]
+                if new in changes.column_names:
+                    moved = pc.if_else(older, _cast_or_stop(values, name, changes.schema.field(new).type), changes[new])
+                    changes = changes.set_column(changes.column_names.index(new), new, moved)
+                else:
+                    changes = changes.append_column(new, pc.if_else(older, values, pa.nulls(len(values), values.type)))
+                if new not in lake:
+                    pending.append(new)  # renamed again since
+            newer = pc.if_else(older, pa.nulls(len(values), values.type), values)
+            index = changes.column_names.index(name)
+            changes = (changes.remove_column(index) if newer.null_count == len(newer)
+                       else changes.set_column(index, name, newer))
+        return changes
 
     def _drop_buried(self, database: str, table: str, changes: pa.Table) -> pa.Table:
         """Changes older than a tombstone of their key are history already: drop them.
@@ -426,7 +465,7 @@ class DeltaSink:  # implements sinks.base.Sink
             data = current.to_pyarrow_table()
             if action.name not in data.column_names:
                 return "no such column"
-            self._overwrite(uri, data.drop_columns([action.name]), version)
+            self._overwrite(uri, data.drop_columns([action.name]), version, {"drop": action.name, "seq": seq})
             return f"dropped column {action.name}"
         if isinstance(action, DDL.RenameColumn | DDL.ModifyColumn) and action.new_name:
             # CHANGE COLUMN may also change the type: one rewrite does both, under the clause's one version.
@@ -440,7 +479,7 @@ class DeltaSink:  # implements sinks.base.Sink
             data = data.rename_columns({action.name: action.new_name})
             if isinstance(action, DDL.ModifyColumn):
                 data = _retyped(data, action.new_name, lake_type)
-            self._overwrite(uri, data, version)
+            self._overwrite(uri, data, version, {"rename": [action.name, action.new_name], "seq": seq})
             return f"renamed column {action.name} to {action.new_name}"
         if isinstance(action, DDL.ModifyColumn):
             existing = pa.schema(current.schema().to_arrow())
