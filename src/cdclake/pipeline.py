@@ -384,7 +384,8 @@ class BatchApplier:
             column_type = None
             if isinstance(action, DDL.AddColumn | DDL.ModifyColumn):
                 column_type = arrow_type(parse_type(action.type))
-            self.sink.apply_ddl(database, table, action, version, step.seq, column_type)
+            done = self.sink.apply_ddl(database, table, action, version, step.seq, column_type)
+            logger.info("batch %d of %s: %s.%s: %s", report.batch, report.source, database, table, done)
             if isinstance(action, DDL.Truncate | DDL.DropTable):
                 # Also where the step was committed before a crash: the batch records its tombstones as one.
                 tombstones.append(delta.tombstones(database, table, [delta.TABLE_TOMBSTONE], [step.seq]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import os
 import random
@@ -670,7 +671,7 @@ def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp
     assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v2"
 
 
-def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark, tmp_path):
+def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark, tmp_path, caplog):
     """TiCDC's Canal-JSON sends DDL to partition 0 only. Partition 1 is read behind it here: its rows written before
     the rename arrive in the next run, under the old name. They update the renamed column, not a revived old one."""
     renamed = [Column("full_name", "varchar(64)") if c.name == "name" else c for c in COLUMNS]
@@ -690,7 +691,9 @@ def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark,
         change(INSERT, 10, 1), ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO full_name"),
         under_new_name(change(INSERT, 30, 2, columns=renamed))]))
     write_records(tmp_path / "in" / "1.jsonl", in_partition_1(records([change(INSERT, 12, 5)])))
-    run(spark, tmp_path / "in", tmp_path / "lake")
+    with caplog.at_level(logging.INFO, logger="cdclake.pipeline"):
+        run(spark, tmp_path / "in", tmp_path / "lake")
+    assert "batch 0 of main: shop.users: renamed column name to full_name" in caplog.text  # what the DDL did, said
     write_records(tmp_path / "in" / "1b.jsonl", in_partition_1(records(
         [change(UPDATE, 15, 5, version=1, before_version=0), change(UPDATE, 16, 1, version=2, before_version=0)],
         start_offset=1)))

@@ -360,7 +360,7 @@ class DeltaSink:  # implements sinks.base.Sink
             statement = next((c for c in changed if name in (c.get("drop"), c.get("rename", [None])[0])), None)
             if statement is None or name not in changes.column_names:
                 continue
-            older = pc.less(changes["_cdc_seq"], pa.scalar(statement["seq"], changes.schema.field("_cdc_seq").type))
+            older = _written_before(changes, statement["seq"])
             values = changes[name]
             if "rename" in statement:
                 new = statement["rename"][1]
@@ -653,13 +653,18 @@ def _merged_into(data: pa.Table, old: str, new: str, seq: str) -> pa.Table:
     if common is None:
         raise TableStopped(f"column {old} cannot be renamed to {new}: the lake table has a column {new} of type "
                            f"{new_type}, which cannot hold its values ({old_type}) nor they its values")
-    older = pc.less(data["_cdc_seq"], pa.scalar(seq, data.schema.field("_cdc_seq").type))
+    older = _written_before(data, seq)
     if pc.any(pc.and_(older, pc.is_valid(data[new]))).as_py():
         raise TableStopped(f"column {old} cannot be renamed to {new}: the lake table has a column {new} with values "
                            f"that rows written before the rename gave it")
     values = pc.if_else(older, _cast_or_stop(data[old], old, common), _cast_or_stop(data[new], new, common))
     data = data.drop_columns([new])
     return data.set_column(data.schema.get_field_index(old), pa.field(old, common), values)
+
+
+def _written_before(rows: pa.Table, seq: str) -> pa.ChunkedArray:
+    """Which rows (lake rows or changes) a DDL statement at ``seq`` followed: theirs is the older sequence."""
+    return pc.less(rows["_cdc_seq"], pa.scalar(seq, rows.schema.field("_cdc_seq").type))
 
 
 def _retyped(data: pa.Table, column: str, new_type: pa.DataType) -> pa.Table:
