@@ -30,3 +30,4 @@ test-fast: $(STAMP)
 bench: $(STAMP) java
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python benchmarks/rewrite.py

@@ -191,12 +191,13 @@ def section(rows: list[str], slow: list[str], about: str, args: argparse.Namespa
     return "\n".join(lines) + "\n"
 
 
-def write(text: str, path: Path) -> None:
-    """Replace this benchmark's section of ``path`` (other benchmarks own the rest of the file)."""
+def write(text: str, path: Path, start_marker: str = START, end_marker: str = END) -> None:
+    """Replace a benchmark's section of ``path``, from ``start_marker`` to ``end_marker`` (``text`` holds them; other
+    benchmarks own the rest of the file)."""
     current = path.read_text() if path.exists() else "# Benchmark results\n"
-    start, end = current.find(START), current.find(END)
+    start, end = current.find(start_marker), current.find(end_marker)
     if start != -1 and end > start:
-        current = current[:start] + text.rstrip("\n") + current[end + len(END):]
+        current = current[:start] + text.rstrip("\n") + current[end + len(end_marker):]
     else:
         current = current.rstrip("\n") + "\n\n" + text
     path.write_text(current if current.endswith("\n") else current + "\n")

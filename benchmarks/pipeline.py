@@ -45,6 +45,7 @@ from cdclake.config import PipelineConfig, SourceConfig  # noqa: E402
 from cdclake.records import write_records  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
 from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session, task_slots  # noqa: E402
+from decode import RESULTS, write  # noqa: E402
 
 TYPES = ("int", "bigint unsigned", "decimal(10,2)", "double", "datetime(6)", "timestamp(6)", "varchar(255)",
          "date", "json")
@@ -445,15 +446,8 @@ def _descendants(root: int) -> list[tuple[int, str]]:
 
 
 def write_results(section: str) -> None:
-    path = HERE / "results.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
     start, end = "<!-- pipeline:start -->", "<!-- pipeline:end -->"
-    block = f"{start}\n{section}\n{end}"
-    if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    write(f"{start}\n{section}\n{end}\n", RESULTS, start, end)
 
 
 def main() -> None:

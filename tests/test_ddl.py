@@ -162,3 +162,24 @@ def test_older_rows_under_a_renamed_or_dropped_columns_old_name_do_not_bring_it_
     sink.apply_rows("d", "t", changes([{"id": 3, "name": "c", "alias": "z"}], at=20), 3001)
     table = table_of(sink)
     assert table["name"].to_pylist() == [None, None, "c"] and table["alias"].to_pylist() == ["a5", "b6", "z"]
+
+
+# -- rewrites of tables of many files ------------------------------------------------------------------------------
+def test_a_rewrite_goes_through_every_file_and_a_value_that_stops_it_in_any_file_changes_nothing(tmp_path):
+    """A dropped, renamed or retyped column rewrites the table a batch of rows at a time (a table larger than memory
+    fits): a value that cannot take the new type, in a file read after others were written, still stops the table
+    before the rewrite's commit."""
+    sink = DeltaSink(str(tmp_path / "lake"), "p")
+    for batch in range(1, 5):
+        ids = range(batch * 10, batch * 10 + 10)
+        sink.apply_rows("d", "t", changes([{"id": i, "name": f"n{i}", "score": pa.scalar(i if batch == 4 else None,
+                                                                                         pa.int32())} for i in ids]),
+                        batch * 1000 + 1)
+    table = DeltaTable(sink.table_uri("d", "t"))
+    assert len(table.file_uris()) >= 4
+    before, version = table_of(sink), table.version()
+    with pytest.raises(TableStopped, match="column score cannot change from int32 to int8 without loss"):
+        sink.apply_ddl("d", "t", DDL.ModifyColumn("score", "tinyint"), 5001, "s", pa.int8())
+    assert DeltaTable(sink.table_uri("d", "t")).version() == version and table_of(sink) == before
+    assert sink.apply_ddl("d", "t", DDL.DropColumn("name"), 5001, "s") == "dropped column name"
+    assert table_of(sink) == before.drop_columns(["name"])

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -331,19 +332,35 @@ class DeltaSink:  # implements sinks.base.Sink
             table = DeltaTable(uri, storage_options=self.storage_options)
         for field in schema:
             if field.name in existing.names and not _same_type(existing.field(field.name).type, field.type):
-                self._widen(uri, field.name, field.type)
+                self._overwrite(table, partial(_retyped, column=field.name, new_type=field.type), None)
                 table = DeltaTable(uri, storage_options=self.storage_options)
         return table
 
-    def _widen(self, uri: str, column: str, new_type: pa.DataType, version: int | None = None) -> None:
-        data = DeltaTable(uri, storage_options=self.storage_options).to_pyarrow_table()
-        self._overwrite(uri, _retyped(data, column, new_type), version)
-
-    def _overwrite(self, uri: str, data: pa.Table, version: int | None,
+    def _overwrite(self, table: DeltaTable, reshape: Callable[[pa.Table], pa.Table], version: int | None,
                    column_change: dict[str, Any] | None = None) -> None:
-        """The table rewritten whole, in a new shape (a column dropped, renamed or widened)."""
-        write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", storage_options=self.storage_options,
-                        commit_properties=None if version is None else self._commit(version, column_change))
+        """The table rewritten whole in a new shape (a column dropped, renamed or widened), one batch of rows after
+        another, so that a table larger than memory can be rewritten. ``reshape`` sees each batch apart: a
+        TableStopped it raises for any of them stops the rewrite before its commit, and the table is unchanged."""
+        dataset = table.to_pyarrow_dataset()
+        schema = reshape(dataset.schema.empty_table()).schema  # also the checks of the shape alone, before writing
+        stopped: list[TableStopped] = []
+
+        def reshaped() -> Iterator[pa.RecordBatch]:
+            try:
+                for rows in dataset.to_batches(batch_readahead=1, fragment_readahead=1):
+                    yield from reshape(pa.Table.from_batches([rows])).cast(schema).to_batches()
+            except TableStopped as exc:
+                stopped.append(exc)
+                raise
+
+        try:
+            write_deltalake(table.table_uri, pa.RecordBatchReader.from_batches(schema, reshaped()), mode="overwrite",
+                            schema_mode="overwrite", storage_options=self.storage_options,
+                            commit_properties=None if version is None else self._commit(version, column_change))
+        except Exception:
+            if stopped:  # delta-rs reports it as an error of the stream it read
+                raise stopped[0] from None
+            raise
 
     def _older_rows_columns(self, table: DeltaTable, changes: pa.Table) -> pa.Table:
         """Rows written before a DROP or RENAME COLUMN that the lake has applied (a partition read behind the one
@@ -454,38 +471,38 @@ class DeltaSink:  # implements sinks.base.Sink
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.rename(uri, target)
             return f"renamed to {action.database or database}.{action.table}"
+        existing = pa.schema(current.schema().to_arrow())
         if isinstance(action, DDL.AddColumn):
-            existing = pa.schema(current.schema().to_arrow())
             if action.name in existing.names:
                 return "column exists"
             field = pa.field(action.name, lake_type, nullable=True)
             current.alter.add_columns([Field.from_arrow(field)], commit_properties=self._commit(version))
             return f"added column {action.name}"
         if isinstance(action, DDL.DropColumn):
-            data = current.to_pyarrow_table()
-            if action.name not in data.column_names:
+            if action.name not in existing.names:
                 return "no such column"
-            self._overwrite(uri, data.drop_columns([action.name]), version, {"drop": action.name, "seq": seq})
+            self._overwrite(current, lambda rows: rows.drop_columns([action.name]), version,
+                            {"drop": action.name, "seq": seq})
             return f"dropped column {action.name}"
         if isinstance(action, DDL.RenameColumn | DDL.ModifyColumn) and action.new_name:
-            # CHANGE COLUMN may also change the type: one rewrite does both, under the clause's one version.
-            data = current.to_pyarrow_table()
-            if action.name not in data.column_names:
+            if action.name not in existing.names:
                 return "no such column"
             # Delta, like MySQL, does not tell column names apart by case alone.
-            taken = [n for n in data.column_names if n.lower() == action.new_name.lower() and n != action.name]
-            if taken:
-                data = _merged_into(data, action.name, taken[0], seq)
-            data = data.rename_columns({action.name: action.new_name})
-            if isinstance(action, DDL.ModifyColumn):
-                data = _retyped(data, action.new_name, lake_type)
-            self._overwrite(uri, data, version, {"rename": [action.name, action.new_name], "seq": seq})
+            taken = [n for n in existing.names if n.lower() == action.new_name.lower() and n != action.name]
+
+            def renamed(rows: pa.Table) -> pa.Table:
+                # CHANGE COLUMN may also change the type: one rewrite does both, under the clause's one version.
+                if taken:
+                    rows = _merged_into(rows, action.name, taken[0], seq)
+                rows = rows.rename_columns({action.name: action.new_name})
+                return _retyped(rows, action.new_name, lake_type) if isinstance(action, DDL.ModifyColumn) else rows
+
+            self._overwrite(current, renamed, version, {"rename": [action.name, action.new_name], "seq": seq})
             return f"renamed column {action.name} to {action.new_name}"
         if isinstance(action, DDL.ModifyColumn):
-            existing = pa.schema(current.schema().to_arrow())
             if action.name not in existing.names or _same_type(existing.field(action.name).type, lake_type):
                 return "unchanged"
-            self._widen(uri, action.name, lake_type, version)
+            self._overwrite(current, lambda rows: _retyped(rows, action.name, lake_type), version)
             return f"modified column {action.name}"
         raise TableStopped(f"unknown DDL action {action!r}")
 
