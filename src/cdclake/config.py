@@ -5,7 +5,7 @@ name = "shop"                 # pipeline id: names the checkpoints and the lake'
 lake = "/data/lake"           # the lake root (local path; s3:// etc. with [storage])
 checkpoint = "/data/ckpt"     # optional; default <lake>/_cdclake/checkpoints/<name>
 follow = false                # true: keep watching the sources, all at once (false: one after another)
-poll_seconds = 1
+poll_seconds = 0.2            # with follow: how often an idle source is asked for new records
 tombstone_retention_hours = 168
 
 [spark]                       # optional: attach to a cluster instead of local[*]
@@ -137,6 +137,9 @@ def make_directory(what: str, path: str) -> None:
 CONNECTORS = ("cdclake", "spark")
 CONSISTENCY = ("none", "resolved-ts")
 RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
+# A following pipeline's trigger interval: new records wait for the next poll, 0.1 s on average, where 1 s cost them
+# 0.5 s; an idle pipeline polling this often used about 1.7 % of one core instead of 1.1 % (2026-12-06).
+POLL_SECONDS = 0.2
 
 
 @dataclass
@@ -146,7 +149,7 @@ class PipelineConfig:
     name: str = "default"
     checkpoint: str | None = None
     follow: bool = False
-    poll_seconds: float = 1.0
+    poll_seconds: float = POLL_SECONDS
     tombstone_retention_hours: float = 168.0
     spark_master: str | None = None
     spark_remote: str | None = None
@@ -292,7 +295,7 @@ def load(path: str) -> PipelineConfig:
     return PipelineConfig(
         lake=_value(data, "lake", str, None, top), sources=sources, name=_value(data, "name", str, "default", top),
         checkpoint=_value(data, "checkpoint", str, None, top), follow=_value(data, "follow", bool, False, top),
-        poll_seconds=_value(data, "poll_seconds", float, 1.0, top),
+        poll_seconds=_value(data, "poll_seconds", float, POLL_SECONDS, top),
         tombstone_retention_hours=_value(data, "tombstone_retention_hours", float, 168.0, top),
         spark_master=_value(spark, "master", str, None, in_spark),
         spark_remote=_value(spark, "remote", str, None, in_spark),
