@@ -116,4 +116,4 @@ def test_the_lakes_own_tables_are_compacted_once_they_hold_enough_files(tmp_path
     sink.record_progress({"batch": 4}, 4999)
     assert sink.compact_own_tables() == ["progress"]
     assert sorted(DeltaTable(sink.internal_uri("progress")).to_pyarrow_table()["batch"].to_pylist()) == [1, 2, 3, 4]
-    assert sink.last_progress()["batch"] == 4  # its readers go by batch, not by where a row lies
+    assert sink.history().last["batch"] == 4  # its readers go by batch, not by where a row lies

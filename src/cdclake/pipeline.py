@@ -170,15 +170,16 @@ class BatchApplier:
     def _resume(self) -> None:
         """Stopped tables, each partition's latest commit ts and resolved ts, and the held changes, as the
         last applied batch left them."""
-        state = self.sink.last_progress()
+        history = self.sink.history()
+        state = history.last
         if state is None:
             return
-        self.stopped = self.sink.stopped_tables()
+        self.stopped = history.stopped
         self.partition_ts = json.loads(state.get("partition_ts") or "{}")
         self.resolved_ts = json.loads(state.get("resolved_ts") or "{}")
         self.held_batch = state.get("held_batch")
         self.consistent_ts = state.get("consistent_ts") or 0
-        self.written = self.sink.written_tables()
+        self.written = history.written
 
     def __call__(self, data: DataFrame, batch_id: int) -> None:
         """Applies one batch: ``data`` holds its records, or their changelog where the source decodes them."""

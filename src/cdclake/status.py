@@ -3,7 +3,6 @@ that could not be read, and why."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -14,7 +13,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from cdclake.sinks.delta import CONSISTENT_UP_TO, lake_tables
+from cdclake.sinks.delta import CONSISTENT_UP_TO, lake_tables, read_history
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
@@ -58,19 +57,23 @@ def collect(lake: str) -> dict[str, Any]:
         except _DAMAGED as exc:
             tables[name] = {"rows": None, "unreadable": _why(exc)}
     unreadable: dict[str, str] = {}  # the lake's own tables that could not be read, and why
+    latest: dict[str, dict[str, Any]] = {}  # by table: the state its last batch left, of whichever pipeline
     try:
-        progress = _read(os.path.join(lake, "_cdclake", "progress"), ["finished_at", "tables"])
+        progress = _open(os.path.join(lake, "_cdclake", "progress"))
+        if progress is not None:
+            for pipeline in progress.to_pyarrow_table(columns=["pipeline"])["pipeline"].unique().to_pylist():
+                for name, state in read_history(progress, pipeline).tables.items():
+                    if (state.get("finished_at") or "") >= (latest.get(name, {}).get("finished_at") or ""):
+                        latest[name] = state
     except _DAMAGED as exc:
-        progress, unreadable["_cdclake/progress"] = None, _why(exc)
-    if progress is not None:
-        for entry in progress.sort_by("finished_at").to_pylist():
-            for name, state in json.loads(entry["tables"]).items():
-                info = tables.setdefault(name, {"rows": 0})
-                commit_ts, _, position = (state.get("last_seq") or "").partition("/")
-                info["commit_ts"] = int(commit_ts) if commit_ts.isdigit() else None
-                info["position"] = position or None
-                info["last_batch_at"] = entry["finished_at"].isoformat()
-                info["stopped"] = state.get("stopped")
+        unreadable["_cdclake/progress"] = _why(exc)
+    for name, state in latest.items():
+        info = tables.setdefault(name, {"rows": 0})
+        commit_ts, _, position = (state.get("last_seq") or "").partition("/")
+        info["commit_ts"] = int(commit_ts) if commit_ts.isdigit() else None
+        info["position"] = position or None
+        info["last_batch_at"] = state.get("finished_at")
+        info["stopped"] = state.get("stopped")
     reasons: Counter[str] = Counter()
     try:
         dead = _read(os.path.join(lake, "_cdclake", "dead_letters"), ["reason"])

@@ -9,11 +9,14 @@ target already carries that app-transaction marker, which is what makes a replay
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from cdclake import ddl as DDL
+
+if TYPE_CHECKING:
+    from cdclake.sinks.delta import History
 
 
 class Sink(Protocol):
@@ -37,15 +40,11 @@ class Sink(Protocol):
     # -- where the pipeline stands -----------------------------------------------------------------------
     def record_progress(self, progress: dict[str, Any], version: int) -> None: ...
 
-    def last_progress(self) -> dict[str, Any] | None: ...
+    def history(self) -> History: ...
 
     def last_batch(self) -> int | None: ...
 
     def progress_since(self, batch: int) -> list[dict[str, Any]]: ...
-
-    def written_tables(self) -> set[tuple[str, str]]: ...
-
-    def stopped_tables(self) -> dict[str, str]: ...
 
     def applied_offsets(self) -> dict[str, dict[int, int]]: ...
 

@@ -10,7 +10,8 @@ Lake layout (a contract):
 - ``<lake>/_cdclake/tombstones``: the keys deleted recently and the sequence of their delete, so that a
   late, older insert or update cannot bring a row back; kept for ``tombstone_retention_hours``.
 - ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table,
-  resolved ts per partition and the commit ts the tables are consistent up to).
+  resolved ts per partition and the commit ts the tables are consistent up to); every :data:`SNAPSHOT_EVERY`
+  batches a row also states the pipeline's whole state.
 - ``<lake>/_cdclake/held``: with ``consistency = "resolved-ts"``, the decoded changes a batch held back
   because their transaction may not be complete yet (one snapshot per batch; the progress row names the
   snapshot the next batch starts from).
@@ -63,8 +64,13 @@ PROGRESS = pa.schema([
     ("inserted", pa.int64()), ("updated", pa.int64()), ("deleted", pa.int64()),
     ("tables", pa.string()), ("offsets", pa.string()), ("duration_s", pa.float64()),
     ("partition_ts", pa.string()), ("resolved_ts", pa.string()), ("consistent_ts", pa.int64()),
-    ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()),
+    ("held_batch", pa.int64()), ("held", pa.int64()), ("dead_letters", pa.int64()), ("state", pa.string()),
 ])
+# Every this many batches (and at a pipeline's first batch, also its first after an upgrade), a progress row also
+# states the pipeline's whole state (column ``state``): each table's last sequence, stop and batch time, and the
+# highest offset read of each partition. A run's start and ``cdclake status`` read from the latest such row on,
+# where they read every row before: after 1,000,000 batches, a start spent 34 s and 4.5 GiB on it (2026-12-06).
+SNAPSHOT_EVERY = 1000
 COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -103,6 +109,7 @@ class DeltaSink:  # implements sinks.base.Sink
         self.storage_options = storage_options
         self.tombstone_retention = dt.timedelta(hours=tombstone_retention_hours)
         self._kept_tombstones: DeltaTable | None = None
+        self._snapshot_due: int | None = None  # the batch whose progress row states the state next (None: unknown)
 
     # -- locations -------------------------------------------------------------------------------
     def table_uri(self, database: str, table: str) -> str:
@@ -168,47 +175,17 @@ class DeltaSink:  # implements sinks.base.Sink
         committed = table.transaction_version(self.app_id)
         return None if committed is None else committed // STEPS_PER_BATCH
 
-    def last_progress(self) -> dict[str, Any] | None:
-        """This pipeline's last progress row (a lake written by an older cdclake may lack columns)."""
+    def history(self) -> History:
+        """Where this pipeline stands, by its progress rows (see :func:`read_history`)."""
         table = self._open(self.internal_uri("progress"))
-        if table is None:
-            return None
-        rows = read_table(table)
-        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline))
-        if rows.num_rows == 0:
-            return None
-        return rows.sort_by([("batch", "descending")]).slice(0, 1).to_pylist()[0]
-
-    def stopped_tables(self) -> dict[str, str]:
-        """The tables this pipeline has stopped, and why, by the last progress row that names each: a row names the
-        tables its batch read, so the last row alone forgot a stopped table that the last batch did not read, and
-        the next run applied that table's changes again, past the ones it had sent to the dead letters."""
-        stopped: dict[str, str] = {}
-        for tables in self._table_history():
-            for name, state in tables.items():
-                if state.get("stopped"):
-                    stopped[name] = state["stopped"]
-                else:
-                    stopped.pop(name, None)
-        return stopped
-
-    def _table_history(self) -> list[dict[str, Any]]:
-        """The ``tables`` of each of this pipeline's progress rows, in batch order: what each batch did to each table
-        it read."""
-        table = self._open(self.internal_uri("progress"))
-        if table is None:
-            return []
-        rows = read_table(table, ["pipeline", "batch", "tables"])
-        rows = rows.filter(pc.equal(rows["pipeline"], self.pipeline)).sort_by("batch")
-        return [json.loads(text or "{}") for text in rows["tables"].to_pylist()]
+        return History({}, {}, None, None) if table is None else read_history(table, self.pipeline)
 
     def progress_since(self, batch: int) -> list[dict[str, Any]]:
         """This pipeline's progress rows from ``batch`` on, in batch order."""
         table = self._open(self.internal_uri("progress"))
         if table is None:
             return []
-        rows = read_table(table)
-        rows = rows.filter(pc.and_(pc.equal(rows["pipeline"], self.pipeline), pc.greater_equal(rows["batch"], batch)))
+        rows = read_dataset(table, None, (pc.field("pipeline") == self.pipeline) & (pc.field("batch") >= batch))
         return rows.sort_by("batch").to_pylist()
 
     def applied_offsets(self) -> dict[str, dict[int, int]]:
@@ -222,19 +199,10 @@ class DeltaSink:  # implements sinks.base.Sink
                                              filters=[("pipeline", "=", self.pipeline)]).to_pylist()
             for row in sorted(pinned, key=lambda r: -r["offset"]):  # two runs pinned at once: the earlier offset
                 seen.setdefault(row["topic"], {})[row["partition"]] = row["offset"]
-        table = self._open(self.internal_uri("progress"))
-        if table is None:
-            return seen
-        rows = table.to_pyarrow_table(columns=["offsets"], filters=[("pipeline", "=", self.pipeline)])
-        applied: dict[str, dict[int, int]] = {}
-        for text in rows.column("offsets").to_pylist():
-            for where, offset in json.loads(text or "{}").items():
-                topic, _, partition = where.rpartition(":")
-                if partition.isdigit() and offset is not None:
-                    mine = applied.setdefault(topic, {})
-                    mine[int(partition)] = max(mine.get(int(partition), -1), int(offset) + 1)
-        for topic, partitions in applied.items():
-            seen.setdefault(topic, {}).update(partitions)
+        for where, offset in self.history().offsets.items():
+            topic, _, partition = where.rpartition(":")
+            if partition.isdigit():
+                seen.setdefault(topic, {})[int(partition)] = offset + 1
         return seen
 
     def pin_kafka_starts(self, offsets: dict[str, dict[int, int]]) -> None:
@@ -250,15 +218,6 @@ class DeltaSink:  # implements sinks.base.Sink
             "partition": [r[1] for r in rows], "offset": [r[2] for r in rows], "pinned_at": [_now()] * len(rows),
         }, schema=KAFKA_STARTS)
         write_deltalake(self.internal_uri("kafka_starts"), table, mode="append", storage_options=self.storage_options)
-
-    def written_tables(self) -> set[tuple[str, str]]:
-        """Every table this pipeline's batches have changed, by its progress rows."""
-        found: set[tuple[str, str]] = set()
-        for tables in self._table_history():
-            for name in tables:
-                database, _, table_name = name.partition(".")
-                found.add((database, table_name))
-        return found
 
     # -- rows ------------------------------------------------------------------------------------------
     def apply_rows(self, database: str, table: str, changes: pa.Table, version: int,
@@ -527,9 +486,18 @@ class DeltaSink:  # implements sinks.base.Sink
         row["finished_at"] = [_now()]
         for name in ("tables", "offsets", "partition_ts", "resolved_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
+        batch, due = progress.get("batch"), self._snapshot_due
+        if batch is None or due is None or batch >= due:
+            history = self.history()
+            due = None if history.snapshot is None else history.snapshot + SNAPSHOT_EVERY
+            if batch is None or due is None or batch >= due:
+                now = _fold([{name: values[0] for name, values in row.items()}], history)
+                row["state"] = [json.dumps({"tables": now.tables, "offsets": now.offsets})]
+                due = None if batch is None else batch + SNAPSHOT_EVERY
         # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
         write_deltalake(target, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
+        self._snapshot_due = due
 
     def compact_own_tables(self) -> list[str]:
         """Compacts each of the lake's own tables that has reached :data:`COMPACT_AT_FILES` files: the batches append a
@@ -643,7 +611,59 @@ def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
     return _plain_types(table.to_pyarrow_table(columns=columns))
 
 
-def read_dataset(table: DeltaTable, columns: list[str], where: pc.Expression) -> pa.Table:
+class History(NamedTuple):
+    """Where a pipeline stands, by its progress rows."""
+
+    tables: dict[str, dict[str, Any]]  # by table: last_seq, stopped, finished_at of the last batch that read it
+    offsets: dict[str, int]  # by "topic:partition": the highest offset a batch read
+    last: dict[str, Any] | None  # the last progress row (a lake written by an older cdclake may lack columns)
+    snapshot: int | None  # the batch of the latest row that states the whole state (see SNAPSHOT_EVERY)
+
+    @property
+    def stopped(self) -> dict[str, str]:
+        """The tables stopped, and why, by the last batch that read each: a row names the tables its batch read, so
+        the last row alone forgot a stopped table that the last batch did not read, and the next run applied that
+        table's changes again, past the ones it had sent to the dead letters."""
+        return {name: table["stopped"] for name, table in self.tables.items() if table.get("stopped")}
+
+    @property
+    def written(self) -> set[tuple[str, str]]:
+        """Every table that a batch has changed, as (database, table)."""
+        return {(name.partition(".")[0], name.partition(".")[2]) for name in self.tables}
+
+
+def read_history(table: DeltaTable, pipeline: str) -> History:
+    """A pipeline's state from the progress ``table``: its latest snapshot (see :data:`SNAPSHOT_EVERY`), then the rows
+    after it; every row where there is no snapshot (a lake of an older cdclake). Only the files and row groups
+    whose statistics hold those rows are read."""
+    mine = pc.field("pipeline") == pipeline
+    start = None
+    if "state" in table.schema().to_arrow().names:
+        snapshots = read_dataset(table, ["batch"], mine & pc.field("state").is_valid())["batch"]
+        start = pc.max(snapshots).as_py() if len(snapshots) else None
+    rows = read_dataset(table, None, mine if start is None else mine & (pc.field("batch") >= start))
+    return _fold(rows.sort_by("batch").to_pylist(), History({}, {}, None, None))
+
+
+def _fold(rows: list[dict[str, Any]], history: History) -> History:
+    """``history`` followed by these progress rows, in batch order."""
+    tables, offsets, last, snapshot = dict(history.tables), dict(history.offsets), history.last, history.snapshot
+    for row in rows:
+        last = row
+        if row.get("state"):
+            state = json.loads(row["state"])  # this row's own tables and offsets included
+            tables, offsets, snapshot = state["tables"], state["offsets"], row["batch"]
+            continue
+        finished = row["finished_at"].isoformat() if row.get("finished_at") else None
+        for name, table in json.loads(row.get("tables") or "{}").items():
+            tables[name] = {**table, "finished_at": finished}
+        for where, offset in json.loads(row.get("offsets") or "{}").items():
+            if offset is not None:
+                offsets[where] = max(offsets.get(where, int(offset)), int(offset))
+    return History(tables, offsets, last, snapshot)
+
+
+def read_dataset(table: DeltaTable, columns: list[str] | None, where: pc.Expression) -> pa.Table:
     """The rows of a Delta table that ``where`` selects, as :func:`read_table` gives them; the files and row
     groups whose statistics rule ``where`` out are not read."""
     return _plain_types(table.to_pyarrow_dataset().to_table(columns=columns, filter=where))
