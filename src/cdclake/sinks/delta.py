@@ -178,7 +178,7 @@ class DeltaSink:  # implements sinks.base.Sink
     def history(self) -> History:
         """Where this pipeline stands, by its progress rows (see :func:`read_history`)."""
         table = self._open(self.internal_uri("progress"))
-        return History({}, {}, None, None) if table is None else read_history(table, self.pipeline)
+        return NO_HISTORY if table is None else read_history(table, self.pipeline)
 
     def progress_since(self, batch: int) -> list[dict[str, Any]]:
         """This pipeline's progress rows from ``batch`` on, in batch order."""
@@ -487,13 +487,13 @@ class DeltaSink:  # implements sinks.base.Sink
         for name in ("tables", "offsets", "partition_ts", "resolved_ts"):
             row[name] = [json.dumps(progress.get(name) or {})]
         batch, due = progress.get("batch"), self._snapshot_due
-        if batch is None or due is None or batch >= due:
+        if batch is None or due is None or batch >= due:  # the history is read only when a snapshot may be due
             history = self.history()
-            due = None if history.snapshot is None else history.snapshot + SNAPSHOT_EVERY
-            if batch is None or due is None or batch >= due:
+            if batch is None or history.snapshot is None or batch >= history.snapshot + SNAPSHOT_EVERY:
                 now = _fold([{name: values[0] for name, values in row.items()}], history)
                 row["state"] = [json.dumps({"tables": now.tables, "offsets": now.offsets})]
-                due = None if batch is None else batch + SNAPSHOT_EVERY
+                history = now._replace(snapshot=batch)
+            due = None if history.snapshot is None else history.snapshot + SNAPSHOT_EVERY
         # schema_mode="merge": a progress table written by an older cdclake gains the new columns.
         write_deltalake(target, pa.Table.from_pydict(row, schema=PROGRESS), mode="append", schema_mode="merge",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
@@ -629,7 +629,10 @@ class History(NamedTuple):
     @property
     def written(self) -> set[tuple[str, str]]:
         """Every table that a batch has changed, as (database, table)."""
-        return {(name.partition(".")[0], name.partition(".")[2]) for name in self.tables}
+        return {name.partition(".")[::2] for name in self.tables}
+
+
+NO_HISTORY = History({}, {}, None, None)  # a pipeline without a batch (_fold copies its dicts before adding to them)
 
 
 def read_history(table: DeltaTable, pipeline: str) -> History:
@@ -638,11 +641,11 @@ def read_history(table: DeltaTable, pipeline: str) -> History:
     whose statistics hold those rows are read."""
     mine = pc.field("pipeline") == pipeline
     start = None
-    if "state" in table.schema().to_arrow().names:
+    if "state" in pa.schema(table.schema().to_arrow()).names:
         snapshots = read_dataset(table, ["batch"], mine & pc.field("state").is_valid())["batch"]
         start = pc.max(snapshots).as_py() if len(snapshots) else None
     rows = read_dataset(table, None, mine if start is None else mine & (pc.field("batch") >= start))
-    return _fold(rows.sort_by("batch").to_pylist(), History({}, {}, None, None))
+    return _fold(rows.sort_by("batch").to_pylist(), NO_HISTORY)
 
 
 def _fold(rows: list[dict[str, Any]], history: History) -> History:
