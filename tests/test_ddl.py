@@ -49,6 +49,40 @@ def changes(rows: list[dict], at: int | None = None) -> pa.Table:
                      **{name: [r[name] for r in rows] for name in rows[0]}})
 
 
+@pytest.mark.parametrize(("statement", "message", "changes"), [
+    # Canal and TiCDC name a rename's message by its new table.
+    ("RENAME TABLE `shop`.`users` TO `shop`.`people`", ("shop", "people"),
+     [(("shop", "users"), [DDL.RenameTable("shop", "people")])]),
+    ("rename table shop.users to archive.people", ("archive", "people"),
+     [(("shop", "users"), [DDL.RenameTable("archive", "people")])]),
+    ("ALTER TABLE users RENAME TO people", ("shop", "people"),
+     [(("shop", "users"), [DDL.RenameTable("shop", "people")])]),
+    ("/* gh-ost */ RENAME TABLE t TO _t_del, _t_gho TO t", ("shop", "_t_del"),
+     [(("shop", "t"), [DDL.RenameTable("shop", "_t_del")]), (("shop", "_t_gho"), [DDL.RenameTable("shop", "t")])]),
+    ("RENAME TABLE t TO", ("shop", "t"), [(("shop", "t"), [DDL.Unsupported("RENAME TABLE statement not understood: "
+                                                                            "RENAME TABLE t TO")])]),
+    ("DROP TABLE IF EXISTS a, other.`b, c` CASCADE", ("shop", "a"),
+     [(("shop", "a"), [DDL.DropTable()]), (("other", "b, c"), [DDL.DropTable()])]),
+    # Otherwise the message's table, as the producers state it.
+    ("DROP TABLE `other`.`a`", ("shop", "a"), [(("shop", "a"), [DDL.DropTable()])]),
+    ("ALTER TABLE t ADD COLUMN c int", ("shop", "t"), [(("shop", "t"), [DDL.AddColumn("c", "int")])]),
+])
+def test_a_statement_changes_the_tables_it_names(statement, message, changes):
+    assert DDL.by_table(statement, *message) == changes
+    assert DDL.changed_table(statement, *message) == changes[0][0]
+
+
+@pytest.mark.parametrize(("statement", "event", "message"), [
+    ("RENAME TABLE shop.users TO shop.people", ("shop", "users"), ("shop", "people")),
+    ("RENAME TABLE a TO b, c TO d", ("shop", "a"), ("shop", "b")),
+    ("ALTER TABLE users RENAME TO people", ("shop", "users"), ("shop", "people")),
+    ("ALTER TABLE users ADD COLUMN c int", ("shop", "users"), ("shop", "users")),
+])
+def test_an_encoder_names_a_statement_as_canal_and_ticdc_do(statement, event, message):
+    assert DDL.message_table(statement, *event) == message
+    assert DDL.changed_table(statement, *message) == event
+
+
 @pytest.fixture
 def sink(tmp_path) -> DeltaSink:
     sink = DeltaSink(str(tmp_path / "lake"), "p")

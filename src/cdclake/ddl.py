@@ -187,6 +187,62 @@ _TARGET = re.compile(
     re.IGNORECASE)
 
 
+_RENAME_TABLES = re.compile(r"^RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_RENAME_CLAUSE = re.compile(rf"^({_QUALIFIED})\s+TO\s+({_QUALIFIED})$", re.IGNORECASE)
+_DROP_TABLES = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.*?)(?:\s+(?:RESTRICT|CASCADE))?$",
+                          re.IGNORECASE | re.DOTALL)
+
+TableName = tuple[str, str]
+
+
+def by_table(sql: str, database: str, table: str) -> list[tuple[TableName, list[Action]]]:
+    """The lake tables a DDL statement changes, each with its actions, in the statement's order: the message's
+    ``database.table``, except where the statement names several tables, and for a rename, which Canal and TiCDC
+    name by its new name.
+    ``RENAME TABLE a TO b, c TO d`` renames each in turn (MySQL too goes left to right), ``DROP TABLE a, b``
+    drops each. An unqualified name is in ``database``, the message's."""
+    text = _strip_comments(sql)
+    renames = _RENAME_TABLES.match(text)
+    if renames:
+        clauses = [_RENAME_CLAUSE.match(clause) for clause in _split_top_level(renames.group(1))]
+        if not clauses or not all(clauses):
+            return [((database, table), [Unsupported(f"RENAME TABLE statement not understood: {text[:80]}")])]
+        return [(_in(split_qualified(c.group(1)), database), [RenameTable(*_in(split_qualified(c.group(2)), database))])
+                for c in clauses if c]
+    drops = _DROP_TABLES.match(text)
+    dropped = _split_top_level(drops.group(1)) if drops else []
+    if len(dropped) > 1:
+        return [(_in(split_qualified(name), database), [DropTable()]) for name in dropped]
+    actions = parse(text)
+    if any(isinstance(a, RenameTable) for a in actions):  # ALTER TABLE … RENAME TO
+        named = table_of(text)
+        return [(_in(named, database) if named else (database, table),
+                 [RenameTable(*_in((a.database, a.table), database)) if isinstance(a, RenameTable) else a
+                  for a in actions])]
+    return [((database, table), actions)]
+
+
+def changed_table(sql: str, database: str | None, table: str | None) -> tuple[str | None, str | None]:
+    """The (first) table a DDL statement changes, for a message that names ``database.table``: the canonical event
+    names it, whichever name the message gives (see :func:`message_table`)."""
+    (changed_database, changed), _ = by_table(sql, database or "", table or "")[0]
+    return changed_database or None, changed or None
+
+
+def message_table(sql: str, database: str | None, table: str | None) -> tuple[str | None, str | None]:
+    """The table that Canal and TiCDC name in the message of a DDL statement that changes ``database.table``: a
+    RENAME's (first) new name, else that table (for encoders that write as they do)."""
+    changed = by_table(sql, database or "", table or "")
+    renames = [a for _, actions in changed for a in actions if isinstance(a, RenameTable)]
+    if renames:
+        return renames[0].database or database, renames[0].table
+    return database, table
+
+
+def _in(name: tuple[str | None, str], database: str) -> TableName:
+    return name[0] or database, name[1]
+
+
 def table_of(sql: str) -> tuple[str | None, str] | None:
     """(database or None, table) of the table a table statement applies to — the first one it names — for
     sources whose DDL records name only the database (DTS Avro); None for other statements."""

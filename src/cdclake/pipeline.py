@@ -393,14 +393,26 @@ class BatchApplier:
 
     def _stopped_records(self, records: DataFrame, log: DataFrame,
                          stopped: dict[tuple[str, str], str]) -> DataFrame:
-        """The raw records behind a stopped table's events, as dead letters with the reason."""
+        """The raw records behind a stopped table's events, as dead letters with the reason: also a DDL statement's
+        that changes the table while its message names another (the new name of a RENAME, in Canal and TiCDC)."""
+        def stop_reason(name: tuple[str, str]) -> str:
+            return f"table {name[0]}.{name[1]} stopped: {stopped[name]}"
+
         reason = F.lit(None).cast("string")
-        for (database, table), why in stopped.items():
-            reason = F.when((F.col("database") == database) & (F.col("table") == table),
-                            F.lit(f"table {database}.{table} stopped: {why}")).otherwise(reason)
-        coords = (log.filter(F.col("status") == "event").withColumn("reason", reason)
-                  .filter(F.col("reason").isNotNull())
-                  .groupBy("topic", "partition", "offset").agg(F.first("reason").alias("reason")))
+        for name in stopped:
+            reason = F.when((F.col("database") == name[0]) & (F.col("table") == name[1]),
+                            F.lit(stop_reason(name))).otherwise(reason)
+        events = log.filter(F.col("status") == "event")
+        statements = [(r["topic"], r["partition"], r["offset"], stop_reason(changed))
+                      for r in events.filter(F.col("kind") == "ddl").select(
+                          "topic", "partition", "offset", "database", "table", CL.detail("ddl")).collect()
+                      for changed, _ in DDL.by_table(r["ddl"] or "", r["database"] or "", r["table"] or "")
+                      if changed in stopped]
+        coords = events.withColumn("reason", reason).filter(F.col("reason").isNotNull()).select(
+            "topic", "partition", "offset", "reason")
+        if statements:
+            coords = coords.unionByName(log.sparkSession.createDataFrame(statements, coords.schema))
+        coords = coords.groupBy("topic", "partition", "offset").agg(F.first("reason").alias("reason"))
         return (records.join(coords, ["topic", "partition", "offset"])
                 .select("topic", "partition", "offset", "key", "value", F.lit(self.source.format).alias("format"),
                         "reason"))

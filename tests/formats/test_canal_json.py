@@ -609,6 +609,17 @@ def test_ddl_classification():
         "CREATE", "CINDEX", "DINDEX", "ALTER", "ERASE", "RENAME", "TRUNCATE", "QUERY"]
 
 
+@pytest.mark.parametrize("flavour", ["canal", "tidb"])
+def test_a_rename_names_the_table_it_renames_though_its_message_names_the_new_one(flavour):
+    # As Canal's DDL parser and TiCDC's DDL event name it: the new table.
+    message = {"database": "shop", "table": "people", "isDdl": True, "type": "RENAME", "es": 1, "ts": 1,
+               "sql": "RENAME TABLE `shop`.`users` TO `shop`.`people`", "data": None, "old": None}
+    (event,) = events_of(message, flavour=flavour)
+    assert (event.kind, event.database, event.table) == ("ddl", "shop", "users")
+    (record,) = create("canal-json", {"flavour": flavour}).encode([event])
+    assert (json.loads(record.value)["database"], json.loads(record.value)["table"]) == ("shop", "people")
+
+
 EXTRA_TYPES = ("bool", "timestamp(3)", "enum", "set", "decimal", "varbinary", "geometry", "vector",
                "mediumint unsigned")
 

@@ -293,6 +293,12 @@ def test_ddl_and_truncate():
     assert (schema.database, schema.table) == ("db2", None)
     unknown_action = one(frame(('{"ts":3,"scm":"d","tbl":"t","t":2}', '{"q":"ALTER TABLE t TTL = x","t":999}')))
     assert unknown_action.kind == "ddl"
+    # TiCDC's key names a rename by its new table (and sends each table of RENAME TABLE a TO b, c TO d apart).
+    rename = one(frame(('{"ts":4,"scm":"test","tbl":"t10","t":2}', '{"q":"RENAME TABLE `test`.`t1` TO `test`.`t10`",'
+                                                                    '"t":14}')))
+    assert (rename.database, rename.table) == ("test", "t1")
+    (record,) = formats.create("ticdc-open").encode([rename])
+    assert b'"tbl":"t10"' in record.key and one(record).table == "t1"
 
 
 def test_resolved_vector():

@@ -671,6 +671,72 @@ def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp
     assert lake_rows(str(tmp_path / "lake"), "shop", "users")["[1]"]["name"] == "user 1 v2"
 
 
+def test_renames_and_drops_change_the_tables_their_statements_name(spark, tmp_path):
+    """Canal and TiCDC name a RENAME's message by the new table; a Canal message holds a whole statement, which may
+    rename or drop several tables."""
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 2, table="audit"),
+                                                        change(INSERT, 12, 3, table="orders"),
+                                                        change(INSERT, 13, 5, table="carts"),
+                                                        change(INSERT, 14, 6, table="extra")]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    later = records([ddl(20, "RENAME TABLE shop.users TO shop.people, audit TO `audit log`"),
+                     ddl(21, "DROP TABLE IF EXISTS shop.orders, carts, never_loaded", table="orders"),
+                     change(INSERT, 22, 4, table="people")], start_offset=4)
+    assert json.loads(later[0].value)["table"] == "people"  # as the producers write it
+    write_records(tmp_path / "in" / "2.jsonl", later)
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert not summary.stopped
+    lake = tmp_path / "lake"
+    assert sorted(lake_rows(str(lake), "shop", "people")) == ["[1]", "[4]"]
+    assert sorted(lake_rows(str(lake), "shop", "audit log")) == ["[2]"]
+    assert not any((lake / "shop" / gone).exists() for gone in ("users", "audit", "orders", "carts", "never_loaded"))
+    # A rename onto a table the lake has stops the renamed table, and the record of its statement (which the event
+    # names by the statement's first table) is a dead letter of it.
+    write_records(tmp_path / "in" / "3.jsonl", records(
+        [ddl(30, "RENAME TABLE shop.people TO shop.humans, shop.extra TO shop.`audit log`")], start_offset=8))
+    assert run(spark, tmp_path / "in", tmp_path / "lake").stopped == {
+        "shop.extra": f"RENAME TABLE target {lake / 'shop' / 'audit log'} already exists in the lake"}
+    assert sorted(lake_rows(str(lake), "shop", "humans")) == ["[1]", "[4]"]
+    (dead,) = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert dead["offset"] == 8 and dead["reason"].startswith("table shop.extra stopped: RENAME TABLE target")
+
+
+def test_a_swap_of_tables_in_one_batch_stops_them_and_one_batch_after_another_is_applied(spark, tmp_path):
+    """gh-ost and pt-online-schema-change end with ``RENAME TABLE t TO _t_del, _t_gho TO t``; TiCDC sends it as
+    two statements. Rows of the new t that follow in the same batch could not wait for the rename onto t."""
+    (tmp_path / "in").mkdir()
+    first = [change(INSERT, 10, 1), change(INSERT, 11, 1, table="_users_gho"),
+             change(INSERT, 12, 2, table="_users_gho")]
+    write_records(tmp_path / "in" / "1.jsonl", records(first))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    write_records(tmp_path / "in" / "2.jsonl", records(
+        [ddl(20, "RENAME TABLE shop.users TO shop._users_del, shop._users_gho TO shop.users"),
+         change(UPDATE, 21, 2, version=1, before_version=0)], start_offset=3))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    why = "RENAME TABLE swapping shop._users_gho, shop.users in one batch is not applied to lake tables"
+    assert summary.stopped == {"shop.users": why, "shop._users_gho": why, "shop._users_del": why}
+    lake = tmp_path / "lake"
+    assert sorted(lake_rows(str(lake), "shop", "users")) == ["[1]"]
+    dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert sorted(d["offset"] for d in dead) == [3, 4] and all("stopped: RENAME TABLE swapping" in d["reason"]
+                                                               for d in dead)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    write_records(other / "1.jsonl", records(first))
+    run(spark, other, tmp_path / "lake2")
+    for index, statement in enumerate(["RENAME TABLE `shop`.`users` TO `shop`.`_users_del`",
+                                       "RENAME TABLE `shop`.`_users_gho` TO `shop`.`users`"]):
+        write_records(other / f"{index + 2}.jsonl", records([ddl(20, statement)], start_offset=3 + index))
+        assert not run(spark, other, tmp_path / "lake2").stopped
+    write_records(other / "4.jsonl", records([change(UPDATE, 21, 2, version=1, before_version=0)], start_offset=5))
+    assert not run(spark, other, tmp_path / "lake2").stopped
+    users = lake_rows(str(tmp_path / "lake2"), "shop", "users")
+    assert sorted(users) == ["[1]", "[2]"] and users["[2]"]["name"] == "user 2 v1"
+    assert sorted(lake_rows(str(tmp_path / "lake2"), "shop", "_users_del")) == ["[1]"]
+
+
 def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark, tmp_path, caplog):
     """TiCDC's Canal-JSON sends DDL to partition 0 only. Partition 1 is read behind it here: its rows written before
     the rename arrive in the next run, under the old name. They update the renamed column, not a revived old one."""

@@ -55,6 +55,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from cdclake import ddl as ddl_text
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.compiled import variable_array
@@ -583,8 +584,9 @@ class CanalJson(Format):
         # Canal classifies a statement by its type; DTS's "DDL" and an unknown type leave it to the SQL.
         classified = msg.type in _DDL_TYPES and msg.type != "DDL"
         truncate = msg.type == "TRUNCATE" or (not classified and _TRUNCATE_SQL.match(sql) is not None)
-        return ChangeEvent(kind=TRUNCATE if truncate else DDL, database=msg.database or None,
-                           table=msg.table or None, commit_ts=self._commit_ts(msg),
+        database, table = ddl_text.changed_table(sql, msg.database, msg.table)
+        return ChangeEvent(kind=TRUNCATE if truncate else DDL, database=database, table=table,
+                           commit_ts=self._commit_ts(msg),
                            position=pad_position(_gtid_number(msg.gtid), offset, 0), ts_ms=msg.es,
                            ddl=None if truncate else sql, source=source)
 
@@ -818,10 +820,11 @@ class CanalJson(Format):
                 kind = "DDL" if flavour == "dts" else "TRUNCATE"
             else:
                 kind = "DDL" if flavour == "dts" else ddl_type(sql)
+            database, table = ddl_text.message_table(sql, e.database, e.table)
             if flavour == "tidb":
-                return _tidb_order(database=e.database or "", table=e.table or "", type=kind, es=es, ts=es,
+                return _tidb_order(database=database or "", table=table or "", type=kind, es=es, ts=es,
                                    sql=sql, is_ddl=True, commit_ts=e.commit_ts)
-            return _canal_order(database=e.database or "", table=e.table or "", type=kind, es=es,
+            return _canal_order(database=database or "", table=table or "", type=kind, es=es,
                                 ts=es, id=number, sql=sql, is_ddl=True)
         if e.kind != ROW:
             raise ValueError(f"canal-json cannot encode a {e.kind!r} event")

@@ -61,6 +61,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from cdclake import ddl as ddl_text
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.confluent import (
@@ -911,8 +912,9 @@ class TicdcAvro(Format):
             except msgspec.DecodeError as exc:
                 raise DecodeError(f"DDL marker (0x01) with bad JSON: {exc}") from None
             commit_ts = marker.commit_ts or None
+            database, table = ddl_text.changed_table(marker.query, marker.schema, marker.table)
             event = ChangeEvent(
-                kind=DDL, database=marker.schema or None, table=marker.table or None, ddl=marker.query,
+                kind=DDL, database=database, table=table, ddl=marker.query,
                 commit_ts=commit_ts, position=self._position(_RANK_DELETE, record),
                 ts_ms=commit_ts >> 18 if commit_ts else record.timestamp,
             )  # fmt: skip

@@ -55,6 +55,7 @@ from urllib.parse import unquote, urlparse
 
 import msgspec
 
+from cdclake import ddl as ddl_text
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.events import (
@@ -686,8 +687,9 @@ class TicdcOpen(Format):
     def _ddl(self, key: _Key, body: _Value, key_json: bytes, raw: bytes, index: int) -> ChangeEvent:
         if body.q is None or body.t is None:
             raise DecodeError(f"event {index}: DDL value needs 'q' (statement) and 't' (action code)")
-        return ChangeEvent(kind=TRUNCATE if body.t == TRUNCATE_TABLE else DDL, database=key.scm or None,
-                           table=key.tbl or None, ddl=body.q, commit_ts=key.ts, ts_ms=key.ts >> 18,
+        database, table = ddl_text.changed_table(body.q, key.scm, key.tbl)
+        return ChangeEvent(kind=TRUNCATE if body.t == TRUNCATE_TABLE else DDL, database=database, table=table,
+                           ddl=body.q, commit_ts=key.ts, ts_ms=key.ts >> 18,
                            position=_ddl_position(key.ts, key_json, raw))
 
     def _row(self, key: _Key, body: _Value) -> ChangeEvent:
@@ -884,8 +886,9 @@ class TicdcOpen(Format):
                 code = TRUNCATE_TABLE if event.kind == TRUNCATE else _statement_action(query)
                 if code == TRUNCATE_TABLE and event.kind != TRUNCATE:
                     code = 0
-                keys.append(_encoder.encode(_KeyOut(ts=event.commit_ts or 0, scm=event.database or None,
-                                                    tbl=event.table or None, t=DDL_EVENT)))
+                database, table = ddl_text.message_table(query, event.database, event.table)
+                keys.append(_encoder.encode(_KeyOut(ts=event.commit_ts or 0, scm=database or None,
+                                                    tbl=table or None, t=DDL_EVENT)))
                 values.append(self._compress(_encoder.encode(_DdlOut(q=query, t=code))))
             else:
                 raise ValueError(f"{self.name}: cannot encode an event of kind {event.kind!r}")

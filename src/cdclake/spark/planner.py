@@ -349,11 +349,13 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
                     .orderBy("_cdc_seq").collect())
     ddls: dict[TableName, list[str]] = defaultdict(list)
     steps: dict[TableName, list[Step]] = defaultdict(list)
+    changes: list[tuple[Row, TableName, list[DDL.Action]]] = []
     for r in control_rows:
-        name = (r["database"] or "", r["table"] or "")
-        if not name[1]:
-            continue  # database-level DDL: nothing in the lake to change
-        actions = [DDL.Truncate()] if r["kind"] == "truncate" else DDL.parse(r["ddl"] or "")
+        named = (r["database"] or "", r["table"] or "")
+        if named[1]:  # else database-level DDL: nothing in the lake to change
+            by_table = [(named, [DDL.Truncate()])] if r["kind"] == "truncate" else DDL.by_table(r["ddl"] or "", *named)
+            changes += [(r, name, actions) for name, actions in by_table]
+    for r, name, actions in _without_swaps(changes):
         steps[name].append(DdlStep(len(ddls[name]), r["ddl"] or "", r["kind"], r["_cdc_seq"], actions))
         ddls[name].append(r["_cdc_seq"])
 
@@ -408,6 +410,39 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
                      sum(t["records"] for t in tallies), offsets, net)
 
 
+def _without_swaps(changes: list[tuple[Row, TableName, list[DDL.Action]]]
+                   ) -> list[tuple[Row, TableName, list[DDL.Action]]]:
+    """A batch's DDL by table, where a rename onto a name that the batch also renames away (a swap, as gh-ost and
+    pt-online-schema-change end with) stops every table the renames name instead. Each table's changes are applied
+    in one run, so the name's rows after the swap cannot wait for the table renamed onto it; renames read in
+    different batches are applied one after another."""
+    renamed_away: set[TableName] = set()  # by the renames so far, in the order they happened
+    swapped: set[TableName] = set()
+    for _, name, actions in changes:
+        for action in actions:
+            if isinstance(action, DDL.RenameTable):
+                if _target(name, action) in renamed_away:
+                    swapped |= {name, _target(name, action)}
+                renamed_away.add(name)
+    if not swapped:
+        return changes
+    why = [DDL.Unsupported(f"RENAME TABLE swapping {', '.join(sorted(f'{d}.{t}' for d, t in swapped))} in one batch "
+                           f"is not applied to lake tables")]
+    out = []
+    for r, name, actions in changes:
+        renames = [a for a in actions if isinstance(a, DDL.RenameTable)]
+        if name not in swapped or not renames:
+            out.append((r, name, actions))
+            continue
+        out.append((r, name, why))
+        out += [(r, _target(name, a), why) for a in renames if _target(name, a) not in swapped]
+    return out
+
+
+def _target(name: TableName, rename: DDL.RenameTable) -> TableName:
+    return rename.database or name[0], rename.table
+
+
 def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
     """Tables in a stable order, a rename's target after its source."""
     order = sorted(steps)
@@ -416,7 +451,7 @@ def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
             if isinstance(step, DdlStep):
                 for action in step.actions:
                     if isinstance(action, DDL.RenameTable):
-                        target = (action.database or source[0], action.table)
+                        target = _target(source, action)
                         if target in order and order.index(target) < order.index(source):
                             order.remove(target)
                             order.insert(order.index(source) + 1, target)
