@@ -57,6 +57,8 @@ def changes(rows: list[dict], at: int | None = None) -> pa.Table:
      [(("shop", "users"), [DDL.RenameTable("archive", "people")])]),
     ("ALTER TABLE users RENAME TO people", ("shop", "people"),
      [(("shop", "users"), [DDL.RenameTable("shop", "people")])]),
+    ("ALTER TABLE users RENAME AS people, ADD COLUMN c int", ("shop", "people"),
+     [(("shop", "users"), [DDL.AddColumn("c", "int"), DDL.RenameTable("shop", "people")])]),
     ("/* gh-ost */ RENAME TABLE t TO _t_del, _t_gho TO t", ("shop", "_t_del"),
      [(("shop", "t"), [DDL.RenameTable("shop", "_t_del")]), (("shop", "_t_gho"), [DDL.RenameTable("shop", "t")])]),
     ("RENAME TABLE t TO", ("shop", "t"), [(("shop", "t"), [DDL.Unsupported("RENAME TABLE statement not understood: "

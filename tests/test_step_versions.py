@@ -9,11 +9,12 @@ import pytest
 from cdclake import ddl as DDL
 from cdclake.pipeline import step_versions
 from cdclake.sinks.delta import STEPS_PER_BATCH, TABLE_STEPS
+from cdclake.spark import planner
 from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
 
 
-def plan_of(tables: dict[TableName, list[Step]], order: list[TableName] | None = None) -> BatchPlan:
-    return BatchPlan(tables=tables, table_order=order or sorted(tables), dead_letters=None, counts={}, last_seq={},
+def plan_of(tables: dict[TableName, list[Step]]) -> BatchPlan:
+    return BatchPlan(tables=tables, runs=planner._runs(tables), dead_letters=None, counts={}, last_seq={},
                      partition_ts={}, records=0, offsets={}, net=None)  # type: ignore[arg-type]
 
 
@@ -21,8 +22,8 @@ def rows(name: TableName, segment: int = 0) -> RowStep:
     return RowStep((name[0], name[1], segment), [], None, set())  # type: ignore[arg-type]
 
 
-def ddl(segment: int, statement: str) -> DdlStep:
-    return DdlStep(segment, statement, "ddl", f"{segment:020d}/", DDL.parse(statement))
+def ddl(segment: int, statement: str, seq: int | None = None, clause: int = 0) -> DdlStep:
+    return DdlStep(segment, statement, "ddl", f"{segment if seq is None else seq:020d}/", DDL.parse(statement), clause)
 
 
 def test_each_clause_of_a_statement_gets_a_version_of_its_own():
@@ -47,13 +48,28 @@ def test_a_renamed_tables_commits_go_on_from_the_one_that_moved_its_log():
     tables = {source: [rows(source), rows(source, 1), ddl(1, "RENAME TABLE shop.users TO archive.people")],
               target: [rows(target)]}
     # Sorted, the target comes first; the planner puts it after its source.
-    versions = step_versions(plan_of(tables, [source, target]), 1)
+    plan = plan_of(tables)
+    assert [run.name for run in plan.runs] == [source, target]
+    versions = step_versions(plan, 1)
     assert versions[source] == [[1001], [1002], [1003]]
     assert versions[target] == [[1004]]  # the moved log carries 1003: a lower version would read as already applied
-    chained = {**tables, target: [rows(target), ddl(1, "ALTER TABLE archive.people RENAME TO attic")],
+    chained = {**tables, target: [rows(target), ddl(0, "ALTER TABLE archive.people RENAME TO attic", seq=2)],
                ("archive", "attic"): [rows(("archive", "attic"))]}
-    versions = step_versions(plan_of(chained, [source, target, ("archive", "attic")]), 1)
+    versions = step_versions(plan_of(chained), 1)
     assert versions[("archive", "attic")] == [[1006]]
+
+
+def test_a_swap_of_names_applies_each_rename_before_the_name_is_taken_and_numbers_on_from_the_moved_logs():
+    """``RENAME TABLE t TO _t_del, _t_gho TO t`` and rows of the new t after it, in one batch."""
+    t, gho, old = ("shop", "t"), ("shop", "_t_gho"), ("shop", "_t_del")
+    swap = {t: [rows(t), ddl(0, "RENAME TABLE shop.t TO shop._t_del", seq=5), rows(t, 1)],
+            gho: [rows(gho), rows(gho, 1), ddl(0, "RENAME TABLE shop._t_gho TO shop.t", seq=5, clause=1)]}
+    plan = plan_of(swap)
+    assert [(run.name, run.first, run.end) for run in plan.runs] == [(t, 0, 2), (gho, 0, 3), (t, 2, 3)]
+    versions = step_versions(plan, 3)
+    assert versions[t] == [[3001], [3002], [3004]]  # the log moved onto t carries the rename's 3003
+    assert versions[gho] == [[3001], [3002], [3003]]
+    assert old not in versions
 
 
 def test_more_commits_to_one_table_than_a_batch_can_number_fail_the_batch_with_the_remedy():

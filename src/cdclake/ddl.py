@@ -214,11 +214,12 @@ def by_table(sql: str, database: str, table: str) -> list[tuple[TableName, list[
     if len(dropped) > 1:
         return [(_in(split_qualified(name), database), [DropTable()]) for name in dropped]
     actions = parse(text)
-    if any(isinstance(a, RenameTable) for a in actions):  # ALTER TABLE … RENAME TO
+    renames = [a for a in actions if isinstance(a, RenameTable)]
+    if renames:  # ALTER TABLE … RENAME TO: the statement's other clauses change the table before it moves
         named = table_of(text)
         return [(_in(named, database) if named else (database, table),
-                 [RenameTable(*_in((a.database, a.table), database)) if isinstance(a, RenameTable) else a
-                  for a in actions])]
+                 [a for a in actions if not isinstance(a, RenameTable)]
+                 + [RenameTable(*_in((renames[-1].database, renames[-1].table), database))])]
     return [((database, table), actions)]
 
 

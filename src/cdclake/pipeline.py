@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from cdclake import compiled, formats
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.failpoints import failpoint
 from cdclake.sinks import delta
 from cdclake.sinks.base import Sink
 from cdclake.sinks.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
@@ -48,13 +49,6 @@ from cdclake.spark.sources import DECODING_SOURCES, register, reread
 from cdclake.types import parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
-
-
-def failpoint(name: str) -> None:
-    """Crash here, hard, when ``CDCLAKE_FAILPOINT`` names this point: how the tests prove that a batch
-    killed at any moment is applied exactly once on the next run."""
-    if os.environ.get("CDCLAKE_FAILPOINT") == name:
-        os._exit(86)
 
 
 @dataclass
@@ -114,7 +108,7 @@ class ChangesAhead:
 
     def changes(self, step: planner.RowStep) -> pa.Table:
         index = self.index[id(step)]
-        for skipped in [i for i in self.futures if i < index]:  # the steps of a table that stopped
+        for skipped in [i for i in self.futures if i < index]:  # the steps of a table that stopped, or renamed before
             self.futures.pop(skipped).cancel()
         while self.submitted <= min(index + self.ahead, len(self.steps) - 1):
             self.futures[self.submitted] = self.pool.submit(_collect, self.steps[self.submitted])
@@ -231,17 +225,20 @@ class BatchApplier:
             versions = step_versions(plan, batch)
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
-            with ChangesAhead([s for name in plan.table_order if f"{name[0]}.{name[1]}" not in self.stopped
-                               for s in plan.tables[name] if isinstance(s, planner.RowStep)]) as changes:
-                for name in plan.table_order:
-                    label = f"{name[0]}.{name[1]}"
+            with ChangesAhead([s for run in plan.runs if f"{run.name[0]}.{run.name[1]}" not in self.stopped
+                               for s in plan.steps(run) if isinstance(s, planner.RowStep)]) as changes:
+                for run in plan.runs:
+                    name, label = run.name, f"{run.name[0]}.{run.name[1]}"
                     if label in self.stopped:
                         stopped_now[name] = self.stopped[label]
                         continue
+                    steps, commits = plan.steps(run), versions[name][run.first:run.end]
+                    if self._renamed_before(name, steps[-1], commits[-1]):
+                        continue  # its changes, collected ahead, are dropped when a later step's are asked for
                     try:
-                        for s, commits in zip(plan.tables[name], versions[name], strict=True):
+                        for s, step_commits in zip(steps, commits, strict=True):
                             failpoint("before-merge")
-                            self._apply_step(name, s, commits, report, tombstones, changes)
+                            self._apply_step(name, s, step_commits, report, tombstones, changes)
                             failpoint("after-merge")
                     except TableStopped as exc:
                         stopped_now[name] = str(exc)
@@ -250,7 +247,8 @@ class BatchApplier:
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
             if consistent:
-                self._publish_consistency(plan.table_order, report.consistent_ts, batch)
+                self._publish_consistency(list(dict.fromkeys(run.name for run in plan.runs)), report.consistent_ts,
+                                          batch)
             dead = plan.dead_letters
             if stopped_now:
                 # Every record behind the stopped tables' changes, also those a reduction left out.
@@ -391,6 +389,12 @@ class BatchApplier:
                 # Also where the step was committed before a crash: the batch records its tombstones as one.
                 tombstones.append(delta.tombstones(database, table, [delta.TABLE_TOMBSTONE], [step.seq]))
 
+    def _renamed_before(self, name: tuple[str, str], last: planner.Step, versions: list[int]) -> bool:
+        """Whether a run that ends with a RENAME TABLE was applied before a crash, to the rename: its table is gone
+        then, and its steps before the rename would make it anew."""
+        rename = last.renames() if isinstance(last, planner.DdlStep) else None
+        return rename is not None and self.sink.renamed(*name, rename, versions[last.actions.index(rename)])
+
     def _stopped_records(self, records: DataFrame, log: DataFrame,
                          stopped: dict[tuple[str, str], str]) -> DataFrame:
         """The raw records behind a stopped table's events, as dead letters with the reason: also a DDL statement's
@@ -424,20 +428,20 @@ def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName
     from the batch's first version on, and a batch may change any number of tables; a rename's target goes on
     from the version of the commit that moved the source's log to it, which that log carries."""
     first = batch * STEPS_PER_BATCH
-    start: dict[planner.TableName, int] = {}
-    versions: dict[planner.TableName, list[list[int]]] = {}
-    for name in plan.table_order:
-        used = start.get(name, 0)
-        numbered = versions[name] = []
-        for step in plan.tables[name]:
+    used: dict[planner.TableName, int] = {}
+    versions: dict[planner.TableName, list[list[int]]] = {name: [] for name in plan.tables}
+    for run in plan.runs:
+        name = run.name
+        for step in plan.steps(run):
             actions = step.actions if isinstance(step, planner.DdlStep) else [None]
-            numbered.append(list(range(first + used + 1, first + used + 1 + len(actions))))
-            for action in actions:
-                used += 1
+            start = used.get(name, 0)
+            versions[name].append(list(range(first + start + 1, first + start + 1 + len(actions))))
+            for count, action in enumerate(actions, start + 1):
                 if isinstance(action, DDL.RenameTable):
                     target = (action.database or name[0], action.table)
-                    start[target] = max(start.get(target, 0), used)
-        if used > delta.TABLE_STEPS:
+                    used[target] = max(used.get(target, 0), count)
+            used[name] = max(used.get(name, 0), start + len(actions))
+        if used.get(name, 0) > delta.TABLE_STEPS:
             raise RuntimeError(f"batch {batch} makes {used} commits to table {name[0]}.{name[1]} (its segments and "
                                f"DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
                                f"source's max_records_per_batch")

@@ -702,39 +702,46 @@ def test_renames_and_drops_change_the_tables_their_statements_name(spark, tmp_pa
     assert dead["offset"] == 8 and dead["reason"].startswith("table shop.extra stopped: RENAME TABLE target")
 
 
-def test_a_swap_of_tables_in_one_batch_stops_them_and_one_batch_after_another_is_applied(spark, tmp_path):
-    """gh-ost and pt-online-schema-change end with ``RENAME TABLE t TO _t_del, _t_gho TO t``; TiCDC sends it as
-    two statements. Rows of the new t that follow in the same batch could not wait for the rename onto t."""
+@pytest.mark.parametrize("batches", [1, 2])
+def test_the_swap_that_online_schema_change_tools_end_with_moves_every_table(spark, tmp_path, batches):
+    """gh-ost and pt-online-schema-change end with ``RENAME TABLE t TO _t_del, _t_gho TO t`` (Canal sends the
+    statement in one message, TiCDC as two), and rows of the new t follow, in the same batch or the next."""
     (tmp_path / "in").mkdir()
-    first = [change(INSERT, 10, 1), change(INSERT, 11, 1, table="_users_gho"),
-             change(INSERT, 12, 2, table="_users_gho")]
-    write_records(tmp_path / "in" / "1.jsonl", records(first))
+    write_records(tmp_path / "in" / "1.jsonl", records(
+        [change(INSERT, 10, 1), change(INSERT, 11, 1, table="_users_gho"), change(INSERT, 12, 2, table="_users_gho")]))
     run(spark, tmp_path / "in", tmp_path / "lake")
-    write_records(tmp_path / "in" / "2.jsonl", records(
-        [ddl(20, "RENAME TABLE shop.users TO shop._users_del, shop._users_gho TO shop.users"),
-         change(UPDATE, 21, 2, version=1, before_version=0)], start_offset=3))
-    summary = run(spark, tmp_path / "in", tmp_path / "lake")
-    why = "RENAME TABLE swapping shop._users_gho, shop.users in one batch is not applied to lake tables"
-    assert summary.stopped == {"shop.users": why, "shop._users_gho": why, "shop._users_del": why}
+    swap = [ddl(20, "RENAME TABLE shop.users TO shop._users_del, shop._users_gho TO shop.users"),
+            change(UPDATE, 21, 2, version=1, before_version=0)]
+    for index in range(batches):
+        part = swap if batches == 1 else swap[index:index + 1]
+        write_records(tmp_path / "in" / f"{index + 2}.jsonl", records(part, start_offset=3 + index))
+        assert not run(spark, tmp_path / "in", tmp_path / "lake").stopped
     lake = tmp_path / "lake"
-    assert sorted(lake_rows(str(lake), "shop", "users")) == ["[1]"]
-    dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
-    assert sorted(d["offset"] for d in dead) == [3, 4] and all("stopped: RENAME TABLE swapping" in d["reason"]
-                                                               for d in dead)
+    users = lake_rows(str(lake), "shop", "users")
+    assert sorted(users) == ["[1]", "[2]"]
+    assert users["[1]"]["name"] == "user 1 v0" and users["[2]"]["name"] == "user 2 v1"
+    assert sorted(lake_rows(str(lake), "shop", "_users_del")) == ["[1]"]
+    assert not (lake / "shop" / "_users_gho").exists()
 
-    other = tmp_path / "other"
-    other.mkdir()
-    write_records(other / "1.jsonl", records(first))
-    run(spark, other, tmp_path / "lake2")
-    for index, statement in enumerate(["RENAME TABLE `shop`.`users` TO `shop`.`_users_del`",
-                                       "RENAME TABLE `shop`.`_users_gho` TO `shop`.`users`"]):
-        write_records(other / f"{index + 2}.jsonl", records([ddl(20, statement)], start_offset=3 + index))
-        assert not run(spark, other, tmp_path / "lake2").stopped
-    write_records(other / "4.jsonl", records([change(UPDATE, 21, 2, version=1, before_version=0)], start_offset=5))
-    assert not run(spark, other, tmp_path / "lake2").stopped
-    users = lake_rows(str(tmp_path / "lake2"), "shop", "users")
-    assert sorted(users) == ["[1]", "[2]"] and users["[2]"]["name"] == "user 2 v1"
-    assert sorted(lake_rows(str(tmp_path / "lake2"), "shop", "_users_del")) == ["[1]"]
+
+def test_a_crash_at_every_point_of_a_batch_that_renames_tables_applies_each_rename_once(tmp_path):
+    """A replay of a batch after its renames were applied found the renamed tables gone: their rows before the rename
+    made them anew, and the rename then stopped on its target. A rename now marks the table before it moves it, and a
+    replay that finds the mark on the target skips what came before it."""
+    events = [change(INSERT, 10, 1), change(INSERT, 11, 2, table="_users_gho"),
+              ddl(12, "RENAME TABLE shop.users TO shop._users_del"),
+              change(UPDATE, 13, 2, version=1, before_version=0, table="_users_gho"),
+              ddl(14, "RENAME TABLE shop._users_gho TO shop.users"), change(INSERT, 15, 3)]
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", records(events))
+    lake = tmp_path / "lake"
+    crash_at_every_point_then_finish(
+        [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+         "--lake", str(lake)], points=["before-rename", "after-rename", *CRASH_POINTS])
+    users = lake_rows(str(lake), "shop", "users")
+    assert sorted(users) == ["[2]", "[3]"] and users["[2]"]["name"] == "user 2 v1"
+    assert sorted(lake_rows(str(lake), "shop", "_users_del")) == ["[1]"]
+    assert not (lake / "shop" / "_users_gho").exists() and not (lake / "_cdclake" / "dead_letters").exists()
 
 
 def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark, tmp_path, caplog):

@@ -12,6 +12,8 @@ Lake layout (a contract):
 - ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table,
   resolved ts per partition and the commit ts the tables are consistent up to); every :data:`SNAPSHOT_EVERY`
   batches a row also states the pipeline's whole state.
+- ``<lake>/_cdclake/renames``: every RENAME TABLE applied, with its version: a batch replayed after a crash skips
+  a renamed table's steps up to its rename, which would make the table anew under its old name.
 - ``<lake>/_cdclake/held``: with ``consistency = "resolved-ts"``, the decoded changes a batch held back
   because their transaction may not be complete yet (one snapshot per batch; the progress row names the
   snapshot the next batch starts from).
@@ -37,6 +39,7 @@ from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_de
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from cdclake import ddl as DDL
+from cdclake.failpoints import failpoint
 
 STEPS_PER_BATCH = 1000
 # The versions 1-995 of a batch number its commits to one table (cdclake.pipeline.step_versions): each table's Delta
@@ -71,11 +74,16 @@ PROGRESS = pa.schema([
 # highest offset read of each partition. A run's start and ``cdclake status`` read from the latest such row on,
 # where they read every row before: after 1,000,000 batches, a start spent 34 s and 4.5 GiB on it (2026-12-06).
 SNAPSHOT_EVERY = 1000
+RENAMES = pa.schema([
+    ("pipeline", pa.string()), ("version", pa.int64()), ("database", pa.string()), ("table", pa.string()),
+    ("new_database", pa.string()), ("new_table", pa.string()), ("renamed_at", pa.timestamp("us", tz="UTC")),
+])
 COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
+RENAMED_TO = "cdclake.renamedTo"  # table property: the name a RENAME TABLE gave the table (its commit: the rename's)
 KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                           ("offset", pa.int64()), ("pinned_at", pa.timestamp("us", tz="UTC"))])
-INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held", "kafka_starts")
+INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held", "kafka_starts", "renames")
 # A running pipeline compacts a table of its own once it holds this many files (see DeltaSink.compact_own_tables).
 COMPACT_AT_FILES = 50
 
@@ -405,6 +413,8 @@ class DeltaSink:  # implements sinks.base.Sink
                   lake_type: Any = None) -> str:
         """Apply one DDL action (``seq``: the statement's source sequence); returns what was done."""
         uri = self.table_uri(database, table)
+        if isinstance(action, DDL.RenameTable):
+            return self._rename(database, table, action, version)
         if self.done(uri, version):
             return "already applied"
         current = self._open(uri)
@@ -421,15 +431,6 @@ class DeltaSink:  # implements sinks.base.Sink
                     ).count_rows() == 0:
                 shutil.rmtree(uri, ignore_errors=True)
             return "truncated" if isinstance(action, DDL.Truncate) else "dropped"
-        if isinstance(action, DDL.RenameTable):
-            target = self.table_uri(action.database or database, action.table)
-            if "://" in uri:
-                raise TableStopped("RENAME TABLE is applied only to lakes on a local file system")
-            if os.path.exists(target):
-                raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.rename(uri, target)
-            return f"renamed to {action.database or database}.{action.table}"
         existing = pa.schema(current.schema().to_arrow())
         if isinstance(action, DDL.AddColumn):
             if action.name in existing.names:
@@ -543,6 +544,52 @@ class DeltaSink:  # implements sinks.base.Sink
         if held is not None:
             predicate = f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}"
             self._rewrite(held, lambda table: table.delete(predicate))
+
+    def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int) -> str:
+        """Moves the table's directory, after a commit that marks it with the rename's version: the log moves with
+        it, so the target carries the mark (see :meth:`renamed`)."""
+        uri, target = self.table_uri(database, table), self.table_uri(action.database or database, action.table)
+        if self.renamed(database, table, action, version):
+            return "already applied"
+        current = self._open(uri)
+        if current is None:
+            return "no lake table yet"
+        if "://" in uri:
+            raise TableStopped("RENAME TABLE is applied only to lakes on a local file system")
+        if os.path.exists(target):
+            raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
+        if not self._committed(current, version):
+            current.alter.set_table_properties({RENAMED_TO: f"{action.database or database}.{action.table}"},
+                                               raise_if_not_exists=False, commit_properties=self._commit(version))
+        failpoint("before-rename")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(uri, target)
+        failpoint("after-rename")
+        self._journal_rename(database, table, action, version)
+        return f"renamed to {action.database or database}.{action.table}"
+
+    def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int) -> bool:
+        """Whether this rename was applied: the lake's journal of renames says so, or the move was the last thing
+        done before a crash (the table is gone, and the commit that marked it is its target's latest). Later
+        steps may move the target again or give its name to another table, so the journal says it, not the
+        names."""
+        journal = self._open(self.internal_uri("renames"))
+        if journal is not None and read_dataset(journal, ["version"], (
+                (pc.field("pipeline") == self.pipeline) & (pc.field("version") == version)
+                & (pc.field("database") == database) & (pc.field("table") == table))).num_rows:
+            return True
+        moved = self._open(self.table_uri(action.database or database, action.table))
+        if (self._open(self.table_uri(database, table)) is not None or moved is None
+                or moved.transaction_version(self.app_id) != version):
+            return False
+        self._journal_rename(database, table, action, version)
+        return True
+
+    def _journal_rename(self, database: str, table: str, action: DDL.RenameTable, version: int) -> None:
+        row = {"pipeline": [self.pipeline], "version": [version], "database": [database], "table": [table],
+               "new_database": [action.database or database], "new_table": [action.table], "renamed_at": [_now()]}
+        write_deltalake(self.internal_uri("renames"), pa.Table.from_pydict(row, schema=RENAMES), mode="append",
+                        storage_options=self.storage_options)
 
     def publish_consistency(self, database: str, table: str, commit_ts: int, version: int) -> bool:
         """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""

@@ -13,6 +13,7 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
@@ -55,15 +56,26 @@ class DdlStep:
     kind: str  # "ddl" or "truncate"
     seq: str
     actions: list[DDL.Action]
+    clause: int = 0  # of the statement, for one that changes several tables (RENAME TABLE a TO b, c TO d)
+
+    def renames(self) -> DDL.RenameTable | None:
+        return next((a for a in self.actions if isinstance(a, DDL.RenameTable)), None)
 
 
 Step = RowStep | DdlStep
 
 
+class Run(NamedTuple):
+    """Steps ``first`` to ``end`` (exclusive) of a table's steps, applied one after another."""
+    name: TableName
+    first: int
+    end: int
+
+
 @dataclass
 class BatchPlan:
     tables: dict[TableName, list[Step]]
-    table_order: list[TableName]
+    runs: list[Run]  # the order the steps are applied in (see _runs)
     dead_letters: DataFrame
     counts: dict[str, int]
     last_seq: dict[TableName, str]
@@ -79,8 +91,10 @@ class BatchPlan:
         self.net.unpersist()
 
     def renames_tables(self) -> bool:
-        return any(isinstance(action, DDL.RenameTable) for steps in self.tables.values() for step in steps
-                   if isinstance(step, DdlStep) for action in step.actions)
+        return any(isinstance(step, DdlStep) and step.renames() for steps in self.tables.values() for step in steps)
+
+    def steps(self, run: Run) -> list[Step]:
+        return self.tables[run.name][run.first:run.end]
 
 
 # The summary's status for events without a commit ts. Only a batch that has some needs partition_commit_ts, which
@@ -349,15 +363,14 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
                     .orderBy("_cdc_seq").collect())
     ddls: dict[TableName, list[str]] = defaultdict(list)
     steps: dict[TableName, list[Step]] = defaultdict(list)
-    changes: list[tuple[Row, TableName, list[DDL.Action]]] = []
     for r in control_rows:
         named = (r["database"] or "", r["table"] or "")
-        if named[1]:  # else database-level DDL: nothing in the lake to change
-            by_table = [(named, [DDL.Truncate()])] if r["kind"] == "truncate" else DDL.by_table(r["ddl"] or "", *named)
-            changes += [(r, name, actions) for name, actions in by_table]
-    for r, name, actions in _without_swaps(changes):
-        steps[name].append(DdlStep(len(ddls[name]), r["ddl"] or "", r["kind"], r["_cdc_seq"], actions))
-        ddls[name].append(r["_cdc_seq"])
+        if not named[1]:
+            continue  # database-level DDL: nothing in the lake to change
+        by_table = [(named, [DDL.Truncate()])] if r["kind"] == "truncate" else DDL.by_table(r["ddl"] or "", *named)
+        for clause, (name, actions) in enumerate(by_table):
+            steps[name].append(DdlStep(len(ddls[name]), r["ddl"] or "", r["kind"], r["_cdc_seq"], actions, clause))
+            ddls[name].append(r["_cdc_seq"])
 
     rows = (events.filter(F.col("kind") == "row").withColumn("segment", _segment_expr(ddls))
             .withColumn("columns", detail("columns")))
@@ -406,53 +419,26 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     dead = changelog.filter(F.col("status") == "failed").select(
         "topic", "partition", "offset", detail("raw_key").alias("key"), detail("raw_value").alias("value"), "format",
         detail("error").alias("reason"))
-    return BatchPlan(dict(steps), _order_tables(steps), dead, dict(counts), last_seq, partition_ts,
+    return BatchPlan(dict(steps), _runs(steps), dead, dict(counts), last_seq, partition_ts,
                      sum(t["records"] for t in tallies), offsets, net)
 
 
-def _without_swaps(changes: list[tuple[Row, TableName, list[DDL.Action]]]
-                   ) -> list[tuple[Row, TableName, list[DDL.Action]]]:
-    """A batch's DDL by table, where a rename onto a name that the batch also renames away (a swap, as gh-ost and
-    pt-online-schema-change end with) stops every table the renames name instead. Each table's changes are applied
-    in one run, so the name's rows after the swap cannot wait for the table renamed onto it; renames read in
-    different batches are applied one after another."""
-    renamed_away: set[TableName] = set()  # by the renames so far, in the order they happened
-    swapped: set[TableName] = set()
-    for _, name, actions in changes:
-        for action in actions:
-            if isinstance(action, DDL.RenameTable):
-                if _target(name, action) in renamed_away:
-                    swapped |= {name, _target(name, action)}
-                renamed_away.add(name)
-    if not swapped:
-        return changes
-    why = [DDL.Unsupported(f"RENAME TABLE swapping {', '.join(sorted(f'{d}.{t}' for d, t in swapped))} in one batch "
-                           f"is not applied to lake tables")]
-    out = []
-    for r, name, actions in changes:
-        renames = [a for a in actions if isinstance(a, DDL.RenameTable)]
-        if name not in swapped or not renames:
-            out.append((r, name, actions))
-            continue
-        out.append((r, name, why))
-        out += [(r, _target(name, a), why) for a in renames if _target(name, a) not in swapped]
-    return out
+# Sorts after every sequence: the steps after a table's last rename go after every rename.
+_AFTER_RENAMES = "\U0010ffff"
 
 
-def _target(name: TableName, rename: DDL.RenameTable) -> TableName:
-    return rename.database or name[0], rename.table
-
-
-def _order_tables(steps: dict[TableName, list[Step]]) -> list[TableName]:
-    """Tables in a stable order, a rename's target after its source."""
-    order = sorted(steps)
-    for source, table_steps in steps.items():
-        for step in table_steps:
-            if isinstance(step, DdlStep):
-                for action in step.actions:
-                    if isinstance(action, DDL.RenameTable):
-                        target = _target(source, action)
-                        if target in order and order.index(target) < order.index(source):
-                            order.remove(target)
-                            order.insert(order.index(source) + 1, target)
-    return order
+def _runs(steps: dict[TableName, list[Step]]) -> list[Run]:
+    """The order the steps are applied in: each table's steps in their order, in runs that end with each RENAME
+    TABLE of it, the runs in the order of the renames that end them, then the rest of each table in name order.
+    So a table renamed onto a name comes before the name's later rows, and a table renamed away comes before
+    another takes its name (the swap that gh-ost and pt-online-schema-change end with)."""
+    runs: list[tuple[tuple[str, int, TableName], Run]] = []
+    for name in sorted(steps):
+        first = 0
+        for index, step in enumerate(steps[name]):
+            if isinstance(step, DdlStep) and step.renames():
+                runs.append(((step.seq, step.clause, name), Run(name, first, index + 1)))
+                first = index + 1
+        if first < len(steps[name]):
+            runs.append(((_AFTER_RENAMES, 0, name), Run(name, first, len(steps[name]))))
+    return [run for _, run in sorted(runs)]
