@@ -390,8 +390,8 @@ class BatchApplier:
                 tombstones.append(delta.tombstones(database, table, [delta.TABLE_TOMBSTONE], [step.seq]))
 
     def _renamed_before(self, name: tuple[str, str], last: planner.Step, versions: list[int]) -> bool:
-        """Whether a run that ends with a RENAME TABLE was applied before a crash, to the rename: its table is gone
-        then, and its steps before the rename would make it anew."""
+        """Whether a run that ends with a RENAME TABLE was applied, to the rename, before a crash: its steps would
+        make the table anew under its old name."""
         rename = last.renames() if isinstance(last, planner.DdlStep) else None
         return rename is not None and self.sink.renamed(*name, rename, versions[last.actions.index(rename)])
 
@@ -425,8 +425,9 @@ class BatchApplier:
 def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName, list[list[int]]]:
     """The app-transaction versions of a batch's steps, by table: one per commit of a step (a row step makes one,
     a DDL step one per action). Each table's Delta log holds its own markers, so each table numbers its steps
-    from the batch's first version on, and a batch may change any number of tables; a rename's target goes on
-    from the version of the commit that moved the source's log to it, which that log carries."""
+    from the batch's first version on (in the order of the plan's runs), and a batch may change any number of tables;
+    a rename's target goes on from the version of the commit that marked the source before its log moved to it,
+    which that log carries."""
     first = batch * STEPS_PER_BATCH
     used: dict[planner.TableName, int] = {}
     versions: dict[planner.TableName, list[list[int]]] = {name: [] for name in plan.tables}
@@ -442,8 +443,8 @@ def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName
                     used[target] = max(used.get(target, 0), count)
             used[name] = max(used.get(name, 0), start + len(actions))
         if used.get(name, 0) > delta.TABLE_STEPS:
-            raise RuntimeError(f"batch {batch} makes {used} commits to table {name[0]}.{name[1]} (its segments and "
-                               f"DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
+            raise RuntimeError(f"batch {batch} makes {used[name]} commits to table {name[0]}.{name[1]} (its segments "
+                               f"and DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
                                f"source's max_records_per_batch")
     return versions
 
