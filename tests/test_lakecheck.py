@@ -22,3 +22,11 @@ def test_equal_and_different_values(tmp_path):
                        key_names) == []
     problems = differences(str(tmp_path), {("db", "t"): {(1,): {"id": 1, "f": 0.2}}}, key_names)
     assert any("f: lake" in p for p in problems) and any("unexpected row" in p for p in problems)
+
+
+def test_a_table_with_rows_that_the_state_lacks_is_reported_in_its_databases_only(tmp_path):
+    for database, table in (("db", "t"), ("db", "old_name"), ("other", "u")):
+        write_deltalake(str(tmp_path / database / table), pa.table({"id": [1]}))
+    write_deltalake(str(tmp_path / "db" / "emptied"), pa.table({"id": pa.array([], pa.int64())}))
+    assert differences(str(tmp_path), {("db", "t"): {(1,): {"id": 1}}}, {("db", "t"): ["id"]}) == [
+        "db.old_name: unexpected table"]

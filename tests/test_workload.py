@@ -50,6 +50,7 @@ def _key(row: dict, names: list[str]) -> W.KeyTuple:
     return tuple(sorted((n, row[n]) for n in names))
 
 
+MOVED = r"RENAME TABLE `([^`]+)`\.`([^`]+)` TO `([^`]+)`\.`([^`]+)`$"
 RENAMED = r"ALTER TABLE \S+ (?:RENAME|CHANGE) COLUMN `([^`]+)` (?:TO )?`([^`]+)`"
 
 
@@ -71,6 +72,8 @@ def naive_fold(events: list[ChangeEvent]) -> W.State:
             state.pop(ident, None)
         elif e.kind == DDL and e.ddl.startswith("CREATE TABLE"):
             state[ident] = {}
+        elif e.kind == DDL and (moved := re.match(MOVED, e.ddl)):
+            state[(moved[3], moved[4])] = state.pop((moved[1], moved[2]), {})
         elif e.kind == DDL and (renamed := re.match(RENAMED, e.ddl)):
             old, new = renamed.groups()
             rows = state.get(ident, {})

@@ -51,8 +51,15 @@ def as_lake_value(value: Any, arrow_type: Any) -> Any:
 
 
 def differences(lake: str, expected: dict, key_names: dict, limit: int = 10) -> list[str]:
-    """How the lake differs from an expected state (``workload`` form: canonical rows per table)."""
-    problems: list[str] = []
+    """How the lake differs from an expected state (``workload`` form: canonical rows per table), also in tables
+    with rows that the state does not have, in its databases (a table left under a name that a rename or a drop
+    freed)."""
+    from cdclake.sinks.delta import lake_tables
+
+    problems: list[str] = [
+        f"{database}.{table}: unexpected table" for database, table in lake_tables(lake)
+        if (database, table) not in expected and database in {d for d, _ in expected}
+        and DeltaTable(f"{lake}/{database}/{table}").to_pyarrow_dataset().count_rows()]
     for (database, table), rows in sorted(expected.items()):
         path = f"{lake}/{database}/{table}"
         if not rows:

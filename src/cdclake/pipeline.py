@@ -207,16 +207,18 @@ class BatchApplier:
             if consistent:
                 raw = records().select("topic", "partition", "offset", "key", "value")
                 log, raw = self._release(records(), decoded, raw, batch, report)
-            plan = planner.plan(log, self.partition_ts)
-            if reduced and plan.renames_tables():
-                # A RENAME seen by one task only may fall between changes that another task reduced.
+            renames = self.sink.renames()
+            plan = planner.plan(log, self.partition_ts, renames)
+            if reduced and (plan.renames_tables() or plan.renamed_away):
+                # A RENAME seen by one task only may fall between changes that another task reduced, and so may one
+                # that an earlier batch applied.
                 logger.info("batch %d of %s renames a table: planned again from every change", batch, self.source.name)
                 every = self._unreduced(records())  # before the changelog that names the records is freed
                 plan.release()
                 decoded.unpersist()
                 decoded = log = every.persist()
                 reduced = False
-                plan = planner.plan(log, self.partition_ts)
+                plan = planner.plan(log, self.partition_ts, renames)
             report.plan_seconds = time.monotonic() - started
             counts = plan.counts
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
@@ -393,7 +395,7 @@ class BatchApplier:
         """Whether a run that ends with a RENAME TABLE was applied, to the rename, before a crash: its steps would
         make the table anew under its old name."""
         rename = last.renames() if isinstance(last, planner.DdlStep) else None
-        return rename is not None and self.sink.renamed(*name, rename, versions[last.actions.index(rename)])
+        return rename is not None and self.sink.renamed(*name, rename, versions[last.actions.index(rename)], last.seq)
 
     def _stopped_records(self, records: DataFrame, log: DataFrame,
                          stopped: dict[tuple[str, str], str]) -> DataFrame:

@@ -67,7 +67,8 @@ DROP_COLUMN: Final = "drop_column"
 TRUNCATE_TABLE: Final = "truncate"
 DROP_TABLE: Final = "drop_table"  # followed, some transactions later, by CREATE TABLE of the same name
 RENAME_COLUMN: Final = "rename_column"  # RENAME COLUMN or CHANGE COLUMN, of a column outside the key
-DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE, RENAME_COLUMN)
+RENAME_TABLE: Final = "rename_table"  # to a new name, or two tables swap names through a third (as gh-ost ends)
+DDL_KINDS: Final = (ADD_COLUMN, DROP_COLUMN, TRUNCATE_TABLE, DROP_TABLE, RENAME_COLUMN, RENAME_TABLE)
 
 TSO_LOGICAL_BITS: Final = 18
 START_MS: Final = 1_714_521_600_000  # 2024-05-01T00:00:00Z, the simulated clock's start
@@ -539,6 +540,7 @@ class Database:
         self.lsn = 0  # the change log's sequence number: one per change, the source of ``position``
         self.txns = 0
         self.next_id = 1
+        self.next_table = tables  # the number in the next new table name
         self.freed: list[tuple[tuple[str, str], Values]] = []  # deleted keys, sometimes inserted again
         for i in range(tables):
             database = databases[i % len(databases)]
@@ -750,6 +752,14 @@ class Database:
             if self.profile.truncate_kind == TRUNCATE:
                 event.kind, event.ddl = TRUNCATE, None
             return [event]
+        if kind == RENAME_TABLE:
+            if len(live) == 1 or r.random() < 0.5:
+                return [self._rename_table(table, f"t{self._new_number()}")]
+            other = next(t for t in live[r.randrange(len(live) - 1):] + live if t is not table)
+            names, through = (table.name, other.name), f"t{self._new_number()}"
+            # One statement a table, as TiCDC sends RENAME TABLE a TO c, b TO a, c TO b.
+            return [self._rename_table(table, through), self._rename_table(other, names[0]),
+                    self._rename_table(table, names[1])]
         if kind == DROP_TABLE and len(self.tables) > 1:
             ident = (table.database, table.name)
             del self.tables[ident]
@@ -765,6 +775,20 @@ class Database:
         for key, row in list(table.rows.items()):
             table.rows[key] = {**row, name: None}
         return [self._ddl_event(table, f"ALTER TABLE {where} ADD COLUMN {_quote(name)} {text} NULL", columns)]
+
+    def _new_number(self) -> int:
+        self.next_table += 1
+        return self.next_table - 1
+
+    def _rename_table(self, table: _Table, name: str) -> ChangeEvent:
+        old, new = (table.database, table.name), (table.database, name)
+        where = f"{_quote(table.database)}.{_quote(table.name)}"
+        event = self._ddl_event(table, f"RENAME TABLE {where} TO {_quote(table.database)}.{_quote(name)}", None)
+        del self.tables[old]
+        table.name = name
+        self.tables[new] = table
+        self.freed = [(new if owner == old else owner, key) for owner, key in self.freed]
+        return event
 
     def _recreate(self) -> ChangeEvent:
         database, name = self.dropped.pop(0)
@@ -904,8 +928,9 @@ def fold(events: Iterable[ChangeEvent]) -> State:
         elif event.kind == TRUNCATE:
             state[ident] = {}
         elif event.kind == DDL:
-            for action in ddl_actions.parse(event.ddl or ""):
-                _apply(state, ident, action)
+            for name, actions in ddl_actions.by_table(event.ddl or "", *ident):
+                for action in actions:
+                    _apply(state, name, action)
     return state
 
 
@@ -916,7 +941,8 @@ def _apply(state: State, ident: tuple[str, str], action: ddl_actions.Action) -> 
     elif isinstance(action, ddl_actions.DropTable):
         state.pop(ident, None)
     elif isinstance(action, ddl_actions.RenameTable):
-        state[(action.database or ident[0], action.table)] = state.pop(ident, {})
+        if ident in state:  # a copy of the statement (broadcast, redelivered) finds it moved
+            state[(action.database or ident[0], action.table)] = state.pop(ident)
     elif isinstance(action, ddl_actions.AddColumn):
         for key, row in rows.items():
             if action.name not in row:

@@ -62,15 +62,19 @@ def test_workload_reaches_the_expected_state(spark, tmp_path, request, name, opt
 @pytest.mark.parametrize("name", sorted(n for n in formats.names() if workload.DDL_KINDS[0] in
                                          workload.profile_for(n, {}).ddl))
 def test_a_workload_heavy_with_ddl_reaches_the_expected_state(spark, tmp_path, name):
-    """One transaction in 25 a DDL statement (columns added, dropped and renamed, tables truncated, dropped and made
-    again), over three partitions read a few hundred records a batch, so that a batch holds several statements and
-    a partition is often read ahead of the one with the statement."""
-    settings = {"tables": 3, "seed": 7, "ddl_rate": 0.04}
-    generated = workload.generate(name, events=1500, partitions=3, **settings)
+    """One transaction in 25 a DDL statement (columns added, dropped and renamed, tables truncated, dropped, made
+    again, renamed and swapped), over three partitions read a few hundred records a batch, so that a batch holds
+    several statements and a partition is often read ahead of the one with the statement. Open-source Canal's
+    messages cannot order the changes of two partitions within one millisecond (its profile is not ``ordered``):
+    it has one partition."""
+    settings = {"tables": 3, "seed": 1, "ddl_rate": 0.04}
+    partitions = 3 if workload.profile_for(name, {}).ordered else 1
+    generated = workload.generate(name, events=1500, partitions=partitions, **settings)
     # The same simulation again, for its statements: each kind of them, renames of both forms too.
     events = workload.Database(profile=workload.profile_for(name, {}), **settings).run(1500)
     statements = " ".join(e.ddl for e in events if e.ddl)
-    for kind in ("ADD COLUMN", "DROP COLUMN", "RENAME COLUMN", "CHANGE COLUMN", "TRUNCATE", "DROP TABLE"):
+    for kind in ("ADD COLUMN", "DROP COLUMN", "RENAME COLUMN", "CHANGE COLUMN", "TRUNCATE", "DROP TABLE",
+                 "RENAME TABLE"):
         assert kind in statements
     workload.write_generated(tmp_path / "data", generated)
     config = PipelineConfig(lake=str(tmp_path / "lake"), name="ddl", sources=[

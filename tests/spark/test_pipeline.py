@@ -724,6 +724,33 @@ def test_the_swap_that_online_schema_change_tools_end_with_moves_every_table(spa
     assert not (lake / "shop" / "_users_gho").exists()
 
 
+def test_changes_of_a_partition_read_behind_a_table_rename_reach_the_renamed_table(spark, tmp_path):
+    """Canal and DTS send DDL to the first partition only: another partition's changes from before a RENAME TABLE
+    may arrive batches after it, under the old name. They go to the new table (not to a table the old name would
+    make anew), a delete before the rename still buries an older change of its key, and a later table of the old
+    name keeps its own changes."""
+    def in_partition_1(recs: list[Record]) -> list[Record]:
+        for record in recs:
+            record.partition = 1
+        return recs
+
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0.jsonl", records([
+        change(INSERT, 10, 1), change(INSERT, 11, 2), change(DELETE, 13, 2),
+        ddl(20, "RENAME TABLE shop.users TO shop.people"), change(INSERT, 21, 3, table="people")]))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    write_records(tmp_path / "in" / "1.jsonl", in_partition_1(records([
+        change(INSERT, 12, 2, version=1), change(UPDATE, 15, 1, version=1, before_version=0), change(INSERT, 16, 4),
+        change(INSERT, 25, 1, version=7)])))  # after the rename: the new users table's own
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert not summary.stopped and summary.total("records") == 4
+    lake = tmp_path / "lake"
+    people = lake_rows(str(lake), "shop", "people")
+    assert sorted(people) == ["[1]", "[3]", "[4]"] and people["[1]"]["name"] == "user 1 v1"
+    users = lake_rows(str(lake), "shop", "users")
+    assert sorted(users) == ["[1]"] and users["[1]"]["name"] == "user 1 v7"
+
+
 def test_a_crash_at_every_point_of_a_batch_that_renames_tables_applies_each_rename_once(tmp_path):
     """A replay of a batch after its renames were applied found the renamed tables gone: their rows before the rename
     made them anew, and the rename then stopped on its target. A rename now marks the table before it moves it, and a

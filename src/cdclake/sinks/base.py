@@ -16,7 +16,7 @@ import pyarrow as pa
 from cdclake import ddl as DDL
 
 if TYPE_CHECKING:
-    from cdclake.sinks.delta import History
+    from cdclake.sinks.delta import History, Rename
 
 
 class Sink(Protocol):
@@ -30,7 +30,10 @@ class Sink(Protocol):
                   lake_type: Any = None) -> str: ...
 
     # Whether the rename with this version was applied (a replayed batch skips the table's steps up to it).
-    def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int) -> bool: ...
+    def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> bool: ...
+
+    # Every RENAME TABLE applied to the lake (the planner gives the old name's older changes to the new table).
+    def renames(self) -> list[Rename]: ...
 
     def record_tombstones(self, tombstones: pa.Table, version: int) -> None: ...
 

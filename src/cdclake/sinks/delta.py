@@ -12,8 +12,9 @@ Lake layout (a contract):
 - ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table,
   resolved ts per partition and the commit ts the tables are consistent up to); every :data:`SNAPSHOT_EVERY`
   batches a row also states the pipeline's whole state.
-- ``<lake>/_cdclake/renames``: every RENAME TABLE applied, with its version: a batch replayed after a crash skips
-  a renamed table's steps up to its rename, which would make the table anew under its old name.
+- ``<lake>/_cdclake/renames``: every RENAME TABLE applied, with its version and sequence: a batch replayed after a
+  crash skips a renamed table's steps up to its rename, which would make the table anew under its old name, and
+  changes of the old name older than the rename that arrive later go to the new table.
 - ``<lake>/_cdclake/held``: with ``consistency = "resolved-ts"``, the decoded changes a batch held back
   because their transaction may not be complete yet (one snapshot per batch; the progress row names the
   snapshot the next batch starts from).
@@ -76,8 +77,18 @@ PROGRESS = pa.schema([
 SNAPSHOT_EVERY = 1000
 RENAMES = pa.schema([
     ("pipeline", pa.string()), ("version", pa.int64()), ("database", pa.string()), ("table", pa.string()),
-    ("new_database", pa.string()), ("new_table", pa.string()), ("renamed_at", pa.timestamp("us", tz="UTC")),
+    ("seq", pa.string()), ("new_database", pa.string()), ("new_table", pa.string()),
+    ("renamed_at", pa.timestamp("us", tz="UTC")),
 ])
+
+
+class Rename(NamedTuple):
+    """A RENAME TABLE the lake applied: the table's changes older than ``seq`` are the new table's."""
+    database: str
+    table: str
+    seq: str
+    new_database: str
+    new_table: str
 COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 RENAMED_TO = "cdclake.renamedTo"  # table property: the name a RENAME TABLE gave the table (its commit: the rename's)
@@ -118,6 +129,8 @@ class DeltaSink:  # implements sinks.base.Sink
         self.tombstone_retention = dt.timedelta(hours=tombstone_retention_hours)
         self._kept_tombstones: DeltaTable | None = None
         self._snapshot_due: int | None = None  # the batch whose progress row states the state next (None: unknown)
+        self._journal: DeltaTable | None = None  # of renames, kept open as the tombstones are
+        self._journaled: tuple[int, list[Rename]] = (-1, [])
 
     # -- locations -------------------------------------------------------------------------------
     def table_uri(self, database: str, table: str) -> str:
@@ -374,8 +387,8 @@ class DeltaSink:  # implements sinks.base.Sink
         if tombs is None or changes.num_rows == 0:
             return changes
         oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
-        candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"], (pc.field("database") == database)
-                                  & (pc.field("table") == table) & (pc.field("_cdc_seq") >= oldest))
+        candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"],
+                                  self._lineage(database, table) & (pc.field("_cdc_seq") >= oldest))
         if candidates.num_rows == 0:
             return changes
         whole = candidates.filter(pc.equal(candidates["_cdc_key"], TABLE_TOMBSTONE))
@@ -414,7 +427,7 @@ class DeltaSink:  # implements sinks.base.Sink
         """Apply one DDL action (``seq``: the statement's source sequence); returns what was done."""
         uri = self.table_uri(database, table)
         if isinstance(action, DDL.RenameTable):
-            return self._rename(database, table, action, version)
+            return self._rename(database, table, action, version, seq)
         if self.done(uri, version):
             return "already applied"
         current = self._open(uri)
@@ -545,11 +558,11 @@ class DeltaSink:  # implements sinks.base.Sink
             predicate = f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}"
             self._rewrite(held, lambda table: table.delete(predicate))
 
-    def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int) -> str:
+    def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> str:
         """Moves the table's directory, after a commit that marks it with the rename's version: the log moves with
         it, so the target carries the mark (see :meth:`renamed`)."""
         uri, target = self.table_uri(database, table), self.table_uri(action.database or database, action.table)
-        if self.renamed(database, table, action, version):
+        if self.renamed(database, table, action, version, seq):
             return "already applied"
         current = self._open(uri)
         if current is None:
@@ -565,10 +578,10 @@ class DeltaSink:  # implements sinks.base.Sink
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.rename(uri, target)
         failpoint("after-rename")
-        self._journal_rename(database, table, action, version)
+        self._journal_rename(database, table, action, version, seq)
         return f"renamed to {action.database or database}.{action.table}"
 
-    def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int) -> bool:
+    def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> bool:
         """Whether this rename was applied: the lake's journal of renames says so, or the move was the last thing
         done before a crash (the table is gone, and the commit that marked it is its target's latest). Later
         steps may move the target again or give its name to another table, so the journal says it, not the
@@ -582,14 +595,46 @@ class DeltaSink:  # implements sinks.base.Sink
         if (self._open(self.table_uri(database, table)) is not None or moved is None
                 or moved.transaction_version(self.app_id) != version):
             return False
-        self._journal_rename(database, table, action, version)
+        self._journal_rename(database, table, action, version, seq)
         return True
 
-    def _journal_rename(self, database: str, table: str, action: DDL.RenameTable, version: int) -> None:
+    def _journal_rename(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> None:
         row = {"pipeline": [self.pipeline], "version": [version], "database": [database], "table": [table],
-               "new_database": [action.database or database], "new_table": [action.table], "renamed_at": [_now()]}
+               "seq": [seq], "new_database": [action.database or database], "new_table": [action.table],
+               "renamed_at": [_now()]}
         write_deltalake(self.internal_uri("renames"), pa.Table.from_pydict(row, schema=RENAMES), mode="append",
                         storage_options=self.storage_options)
+
+    def renames(self) -> list[Rename]:
+        """Every RENAME TABLE applied to the lake, by any pipeline, in the order of their sequences: a partition
+        read behind the one with the statement brings changes of the old name afterwards, which are the new
+        table's."""
+        if self._journal is None:
+            self._journal = self._open(self.internal_uri("renames"))
+        else:
+            self._journal.update_incremental()
+        if self._journal is None:
+            return []
+        if self._journal.version() != self._journaled[0]:
+            rows = read_table(self._journal, ["database", "table", "seq", "new_database", "new_table"]).to_pylist()
+            self._journaled = (self._journal.version(),
+                               sorted({Rename(**row) for row in rows}, key=lambda r: (r.seq, r.database, r.table)))
+        return self._journaled[1]
+
+    def _lineage(self, database: str, table: str) -> pc.Expression:
+        """The tombstones of a table: its own, and those its changes left under the names it had before renames
+        (older than the rename that took them away)."""
+        renames = self.renames()
+        where = (pc.field("database") == database) & (pc.field("table") == table)
+        names: list[tuple[str, str, str | None]] = [(database, table, None)]
+        while names:
+            named_database, named, bound = names.pop()
+            for r in renames:
+                if (r.new_database, r.new_table) == (named_database, named) and (bound is None or r.seq < bound):
+                    names.append((r.database, r.table, r.seq))
+                    where |= ((pc.field("database") == r.database) & (pc.field("table") == r.table)
+                              & (pc.field("_cdc_seq") < r.seq))
+        return where
 
     def publish_consistency(self, database: str, table: str, commit_ts: int, version: int) -> bool:
         """Record on the table that every change up to ``commit_ts`` is applied (the value only grows)."""

@@ -9,8 +9,11 @@ segments, applied in order with the DDL between them.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -21,6 +24,7 @@ from pyspark.sql import functions as F
 from cdclake import ddl as DDL
 from cdclake import types as T
 from cdclake.events import Column
+from cdclake.sinks.delta import Rename
 from cdclake.spark.changelog import AFTER_MAP, INPUT, detail
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
@@ -83,6 +87,7 @@ class BatchPlan:
     records: int  # the records behind the changelog (by its tallies)
     offsets: dict[str, int]  # the last offset per "topic:partition"
     net: DataFrame  # the net changes the row steps read, cached until :meth:`release`
+    renamed_away: bool = False  # changes of a table renamed in an earlier batch went to its new name
 
     def release(self) -> None:
         """Frees the cached net changes once the steps are applied: a running pipeline plans a batch after
@@ -114,6 +119,24 @@ SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '
 # What the net reduction carries on: the lake needs no more of a change.
 _NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "layout", "columns", "_cdc_seq", "commit_ts",
                 "position", "ts_ms", "partition", "offset", "seq")
+
+
+def renamed_away(events: DataFrame, renames: Sequence[Rename]) -> DataFrame:
+    """The changes of a table older than a RENAME TABLE of it that the lake applied in an earlier batch (a partition
+    read behind the one with the statement brings them) go to the new table, and on through its later renames."""
+    for rename in renames:  # in the order of their sequences: a change follows a table through its renames
+        events = (events.withColumn("_renamed", older_than(rename))
+                  .withColumn("database", F.when(F.col("_renamed"), F.lit(rename.new_database)).otherwise(
+                      F.col("database")))
+                  .withColumn("table", F.when(F.col("_renamed"), F.lit(rename.new_table)).otherwise(F.col("table")))
+                  .drop("_renamed"))
+    return events
+
+
+def older_than(rename: Rename) -> F.Column:
+    """The changes of the renamed table before the rename."""
+    return ((F.col("database") == rename.database) & (F.col("table") == rename.table)
+            & (F.col("_cdc_seq") < F.lit(rename.seq)))
 
 
 def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
@@ -323,8 +346,9 @@ def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column
     return F.greatest(*candidates) if len(candidates) > 1 else candidates[0]
 
 
-def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> BatchPlan:
-    """Plan one batch. The changelog should be persisted by the caller: it is read several times."""
+def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None, renames: Sequence[Rename] = ()) -> BatchPlan:
+    """Plan one batch. The changelog should be persisted by the caller: it is read several times. ``renames``: the
+    RENAME TABLEs the lake applied before (see :func:`renamed_away`)."""
     # The tallies, the column lists and the counts of records without events, in one small job.
     tally = F.struct("topic", "partition", detail("first_offset"), "offset", "commit_ts", detail("records"),
                      detail("events"))
@@ -356,6 +380,11 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
     events = (changelog.filter(F.col("status") == "event")
               .withColumn("_partition_ts", partition_ts_of_timeless)
               .withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts"))
+    # A task reduces each key's changes by table: a batch with changes of the new table under the old name is
+    # planned again from every change (see pipeline), as one with a RENAME is.
+    moved = bool(renames) and bool(events.filter(functools.reduce(operator.or_, map(older_than, renames)))
+                                   .limit(1).count())
+    events = renamed_away(events, renames)
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
     control_rows = (events.filter(F.col("kind").isin("ddl", "truncate"))
@@ -420,7 +449,7 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None) -> Batc
         "topic", "partition", "offset", detail("raw_key").alias("key"), detail("raw_value").alias("value"), "format",
         detail("error").alias("reason"))
     return BatchPlan(dict(steps), _runs(steps), dead, dict(counts), last_seq, partition_ts,
-                     sum(t["records"] for t in tallies), offsets, net)
+                     sum(t["records"] for t in tallies), offsets, net, moved)
 
 
 # Sorts after every sequence: the steps after a table's last rename go after every rename.
