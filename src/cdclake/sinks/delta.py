@@ -623,8 +623,9 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def _lineage(self, database: str, table: str) -> pc.Expression:
         """The tombstones of a table: its own, and those its changes left under the names it had before renames
-        (older than the rename that took them away)."""
-        renames = self.renames()
+        (older than the rename that took them away), by the renames read as the batch began (:meth:`renames`). A
+        rename the batch applies needs none: the batch applies the table's older changes before it."""
+        renames = self._journaled[1]
         where = (pc.field("database") == database) & (pc.field("table") == table)
         names: list[tuple[str, str, str | None]] = [(database, table, None)]
         while names:
