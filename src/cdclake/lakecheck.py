@@ -56,9 +56,10 @@ def differences(lake: str, expected: dict, key_names: dict, limit: int = 10) -> 
     freed)."""
     from cdclake.sinks.delta import lake_tables
 
+    databases = {database for database, _ in expected}
     problems: list[str] = [
         f"{database}.{table}: unexpected table" for database, table in lake_tables(lake)
-        if (database, table) not in expected and database in {d for d, _ in expected}
+        if (database, table) not in expected and database in databases
         and DeltaTable(f"{lake}/{database}/{table}").to_pyarrow_dataset().count_rows()]
     for (database, table), rows in sorted(expected.items()):
         path = f"{lake}/{database}/{table}"

@@ -212,7 +212,8 @@ class BatchApplier:
             if reduced and (plan.renames_tables() or plan.renamed_away):
                 # A RENAME seen by one task only may fall between changes that another task reduced, and so may one
                 # that an earlier batch applied.
-                logger.info("batch %d of %s renames a table: planned again from every change", batch, self.source.name)
+                logger.info("batch %d of %s %s: planned again from every change", batch, self.source.name,
+                            "renames a table" if plan.renames_tables() else "has changes of a table renamed before")
                 every = self._unreduced(records())  # before the changelog that names the records is freed
                 plan.release()
                 decoded.unpersist()

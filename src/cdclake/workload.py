@@ -755,7 +755,7 @@ class Database:
         if kind == RENAME_TABLE:
             if len(live) == 1 or r.random() < 0.5:
                 return [self._rename_table(table, f"t{self._new_number()}")]
-            other = next(t for t in live[r.randrange(len(live) - 1):] + live if t is not table)
+            other = r.choice([t for t in live if t is not table])
             names, through = (table.name, other.name), f"t{self._new_number()}"
             # One statement a table, as TiCDC sends RENAME TABLE a TO c, b TO a, c TO b.
             return [self._rename_table(table, through), self._rename_table(other, names[0]),

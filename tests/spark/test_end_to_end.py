@@ -67,15 +67,18 @@ def test_a_workload_heavy_with_ddl_reaches_the_expected_state(spark, tmp_path, n
     several statements and a partition is often read ahead of the one with the statement. Open-source Canal's
     messages cannot order the changes of two partitions within one millisecond (its profile is not ``ordered``):
     it has one partition."""
-    settings = {"tables": 3, "seed": 1, "ddl_rate": 0.04}
+    settings = {"tables": 3, "seed": 3, "ddl_rate": 0.04}
     partitions = 3 if workload.profile_for(name, {}).ordered else 1
     generated = workload.generate(name, events=1500, partitions=partitions, **settings)
     # The same simulation again, for its statements: each kind of them, renames of both forms too.
     events = workload.Database(profile=workload.profile_for(name, {}), **settings).run(1500)
-    statements = " ".join(e.ddl for e in events if e.ddl)
+    ddl = [e.ddl for e in events if e.ddl]
+    statements = " ".join(ddl)
     for kind in ("ADD COLUMN", "DROP COLUMN", "RENAME COLUMN", "CHANGE COLUMN", "TRUNCATE", "DROP TABLE",
                  "RENAME TABLE"):
         assert kind in statements
+    # A swap of two tables' names: three renames in a row.
+    assert any(all(s.startswith("RENAME TABLE") for s in ddl[i:i + 3]) for i in range(len(ddl) - 2))
     workload.write_generated(tmp_path / "data", generated)
     config = PipelineConfig(lake=str(tmp_path / "lake"), name="ddl", sources=[
         SourceConfig(format=name, input=str(tmp_path / "data" / "records"), max_records_per_batch=300)])

@@ -66,10 +66,10 @@ def ddl(ts: int, statement: str, table: str = "users", kind: str = DDL) -> Chang
     return ChangeEvent(kind=kind, database="shop", table=table, ddl=statement, commit_ts=ts << 18)
 
 
-def records(events: list[ChangeEvent], start_offset: int = 0) -> list[Record]:
+def records(events: list[ChangeEvent], start_offset: int = 0, partition: int = 0) -> list[Record]:
     out = formats.create("canal-json", {"flavour": "tidb"}).encode(events)
     for index, record in enumerate(out):
-        record.topic, record.partition, record.offset = "cdc", 0, start_offset + index
+        record.topic, record.partition, record.offset = "cdc", partition, start_offset + index
     return out
 
 
@@ -659,9 +659,7 @@ def test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once(tmp
 def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path, batches_of):
     """Each task reduces its keys' changes; a RENAME that only another task saw falls between two changes of one
     key here, so the batch is planned again from every change."""
-    rows = records([change(INSERT, 10, 1, version=1), change(INSERT, 30, 1, version=2)])
-    for record in rows:
-        record.partition = 1
+    rows = records([change(INSERT, 10, 1, version=1), change(INSERT, 30, 1, version=2)], partition=1)
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "0.jsonl", records([ddl(20, "RENAME TABLE shop.users TO shop.archive")]))
     write_records(tmp_path / "in" / "1.jsonl", rows)
@@ -729,19 +727,14 @@ def test_changes_of_a_partition_read_behind_a_table_rename_reach_the_renamed_tab
     may arrive batches after it, under the old name. They go to the new table (not to a table the old name would
     make anew), a delete before the rename still buries an older change of its key, and a later table of the old
     name keeps its own changes."""
-    def in_partition_1(recs: list[Record]) -> list[Record]:
-        for record in recs:
-            record.partition = 1
-        return recs
-
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "0.jsonl", records([
         change(INSERT, 10, 1), change(INSERT, 11, 2), change(DELETE, 13, 2),
         ddl(20, "RENAME TABLE shop.users TO shop.people"), change(INSERT, 21, 3, table="people")]))
     run(spark, tmp_path / "in", tmp_path / "lake")
-    write_records(tmp_path / "in" / "1.jsonl", in_partition_1(records([
+    write_records(tmp_path / "in" / "1.jsonl", records([
         change(INSERT, 12, 2, version=1), change(UPDATE, 15, 1, version=1, before_version=0), change(INSERT, 16, 4),
-        change(INSERT, 25, 1, version=7)])))  # after the rename: the new users table's own
+        change(INSERT, 25, 1, version=7)], partition=1))  # the last after the rename: the new users table's own
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
     assert not summary.stopped and summary.total("records") == 4
     lake = tmp_path / "lake"
@@ -781,22 +774,17 @@ def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark,
         event.after["full_name"] = event.after.pop("name", None) or f"user {event.key['id']} renamed"
         return event
 
-    def in_partition_1(recs: list[Record]) -> list[Record]:
-        for record in recs:
-            record.partition = 1
-        return recs
-
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "0.jsonl", records([
         change(INSERT, 10, 1), ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO full_name"),
         under_new_name(change(INSERT, 30, 2, columns=renamed))]))
-    write_records(tmp_path / "in" / "1.jsonl", in_partition_1(records([change(INSERT, 12, 5)])))
+    write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 12, 5)], partition=1))
     with caplog.at_level(logging.INFO, logger="cdclake.pipeline"):
         run(spark, tmp_path / "in", tmp_path / "lake")
     assert "batch 0 of main: shop.users: renamed column name to full_name" in caplog.text  # what the DDL did, said
-    write_records(tmp_path / "in" / "1b.jsonl", in_partition_1(records(
+    write_records(tmp_path / "in" / "1b.jsonl", records(
         [change(UPDATE, 15, 5, version=1, before_version=0), change(UPDATE, 16, 1, version=2, before_version=0)],
-        start_offset=1)))
+        start_offset=1, partition=1))
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
     assert summary.total("records") == 2 and not summary.stopped
     rows = lake_rows(str(tmp_path / "lake"), "shop", "users")

@@ -81,14 +81,6 @@ RENAMES = pa.schema([
     ("renamed_at", pa.timestamp("us", tz="UTC")),
 ])
 
-
-class Rename(NamedTuple):
-    """A RENAME TABLE the lake applied: the table's changes older than ``seq`` are the new table's."""
-    database: str
-    table: str
-    seq: str
-    new_database: str
-    new_table: str
 COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
 RENAMED_TO = "cdclake.renamedTo"  # table property: the name a RENAME TABLE gave the table (its commit: the rename's)
@@ -97,6 +89,15 @@ KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("p
 INTERNAL_TABLES = ("dead_letters", "tombstones", "progress", "held", "kafka_starts", "renames")
 # A running pipeline compacts a table of its own once it holds this many files (see DeltaSink.compact_own_tables).
 COMPACT_AT_FILES = 50
+
+
+class Rename(NamedTuple):
+    """A RENAME TABLE the lake applied: the table's changes older than ``seq`` are the new table's."""
+    database: str
+    table: str
+    seq: str
+    new_database: str
+    new_table: str
 
 
 class TableStopped(Exception):
@@ -560,10 +561,9 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> str:
         """Moves the table's directory, after a commit that marks it with the rename's version: the log moves with
-        it, so the target carries the mark (see :meth:`renamed`)."""
+        it, so the target carries the mark. Whether a replayed batch applied it already is :meth:`renamed`'s to say,
+        before the table's earlier steps: applied, the table is gone and its steps would make it anew."""
         uri, target = self.table_uri(database, table), self.table_uri(action.database or database, action.table)
-        if self.renamed(database, table, action, version, seq):
-            return "already applied"
         current = self._open(uri)
         if current is None:
             return "no lake table yet"

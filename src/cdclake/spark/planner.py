@@ -23,13 +23,13 @@ from pyspark.sql import functions as F
 
 from cdclake import ddl as DDL
 from cdclake import types as T
+from cdclake.ddl import TableName
 from cdclake.events import Column
 from cdclake.sinks.delta import Rename
 from cdclake.spark.changelog import AFTER_MAP, INPUT, detail
 from cdclake.spark.lake_types import cast_sql
 from cdclake.types import parse_type
 
-TableName = tuple[str, str]
 Group = tuple[str | None, str | None, int]  # the net changes of one segment of a table: database, table, segment
 
 
