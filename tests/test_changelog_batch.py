@@ -567,3 +567,29 @@ def test_the_compiled_paths_tallies_count_each_partition_whether_or_not_a_batch_
                                              max(e.commit_ts for e in events))
     assert sorted((r["partition"], r["offset"]) for r in log if r["status"] == "event") == sorted(
         (e.source.partition, e.source.offset) for e in fmt.decode(generated.records).events)
+
+
+def test_a_shareplex_update_split_between_a_tasks_batches_is_paired():
+    # UPDATE BEFORE, then UPDATE AFTER changing the key, as two records; a task reads them in batches of any size.
+    def half(op: str, seq: int, data: dict) -> dict:
+        return {"meta": {"op": op, "table": "O.T", "trans": "7", "seq": seq, "size": 3, "scn": "100",
+                         "time": "2020-01-01T00:00:00"}, "data": data}
+
+    messages = [half("ins", 1, {"ID": "1", "V": "a"}), half("updb", 2, {"ID": "1", "V": "a"}),
+                half("upda", 3, {"ID": "2", "V": "b"}), half("ins", 4, {"ID": "3", "V": "c"})]
+    records = [Record(value=json.dumps(m).encode(), topic="t", partition=0, offset=i) for i, m in enumerate(messages)]
+    fmt = formats.create("shareplex-json", {"key-columns": "ID"})
+    for size in range(1, len(records) + 1):
+        batches = [records[i:i + size] for i in range(0, len(records), size)]
+        for log in ([r for b in decode_task(fmt, batches) for r in changelog.flat(b).to_pylist()],
+                    [r for b in decode_arrow_task(fmt, [files.records_to_arrow(b) for b in batches])
+                     for r in changelog.flat(b).to_pylist()]):
+            assert sorted((r["offset"], r["status"], r["op"], r["before_key"], r["key"]) for r in log
+                          if r["status"] in ("event", "skipped", "failed")) == [
+                (0, "event", "c", None, '["1"]'), (1, "skipped", None, None, None),
+                (2, "event", "u", '["1"]', '["2"]'), (3, "event", "c", None, '["3"]')], size
+            (tally,) = [r for r in log if r["status"] == "tally"]
+            assert (tally["records"], tally["events"]) == (4, 3)
+    # A BEFORE that ends the task's records fails there, once.
+    log = [r for b in decode_task(fmt, [records[:1], records[1:2]]) for r in changelog.flat(b).to_pylist()]
+    assert [(r["offset"], r["status"]) for r in log if r["status"] == "failed"] == [(1, "failed")]

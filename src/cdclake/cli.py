@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -76,10 +77,11 @@ def decode(
     _require_files(files)
     out = sys.stdout.buffer
     records = events = failed = skipped = 0
-    for batch in _batches(files):
-        where: dict[int, FileLine] = {}
-        good: list[Record] = []
-        for line in batch:
+    waiting: list[Record] = []  # decoded again with the next batch (see Decoded.waiting)
+    where: dict[int, FileLine] = {}
+    for batch in itertools.chain(_batches(files), [None]):
+        good = list(waiting)
+        for line in batch or ():
             records += 1
             if line.record is None:
                 failed += 1
@@ -90,7 +92,7 @@ def decode(
             where[id(line.record)] = line
             good.append(line.record)
         try:
-            result = fmt.decode(good)
+            result = fmt.decode(good, more=batch is not None)
         except fmt.fatal as exc:  # e.g. a schema registry that is down, or corruption-handling=error
             out.flush()
             typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
@@ -105,6 +107,8 @@ def decode(
             if strict:
                 out.flush()
                 raise typer.Exit(1)
+        waiting = result.waiting
+        where = {id(r): where[id(r)] for r in waiting}
     out.flush()
     typer.echo(f"{records} records: {events} events, {skipped} skipped, {failed} failed", err=True)
     if failed:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from cdclake import cli
 from cdclake import values as V
 from cdclake.cli import app
 from cdclake.events import ChangeEvent, Column, pad_position
@@ -212,6 +213,21 @@ def test_unpaired_update_halves():
         create("shareplex-json").decode_record(_record(_half("updb", 1, {"ID": "1"})))
 
 
+def test_a_before_that_ends_its_partitions_records_waits_for_more_when_more_follow():
+    fmt = create("shareplex-json")
+    records = [_record(_half("updb", 1, {"ID": "1"}), 0, partition=0), _record(_half("updb", 1, {"ID": "2"}), 0, 1),
+               _record(_half("updb", 3, {"ID": "3"}, trans="9"), 1, partition=1)]
+    out = fmt.decode(records, more=True)
+    # Partition 1's first BEFORE is followed by another record of its partition, which is not its AFTER.
+    assert out.waiting == [records[0], records[2]] and [f.record for f in out.failures] == [records[1]]
+    assert not fmt.decode(records).waiting  # no more to come: each BEFORE fails
+    assert len(fmt.decode(records).failures) == 3
+    after = _record(_half("upda", 2, {"ID": "1", "V": "a"}), 1, partition=0)
+    later = fmt.decode([*out.waiting, after], more=True)
+    assert [(e.before, e.after) for e in later.events] == [({"ID": "1"}, {"ID": "1", "V": "a"})]
+    assert later.waiting == [records[2]] and not later.failures and later.skipped == 1
+
+
 # ------------------------------------------------------------------------------------------ key columns
 
 def test_key_columns_option():
@@ -309,6 +325,20 @@ def test_cli_decodes_a_message_per_line_file(tmp_path):
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [line["op"] for line in lines] == ["c", "u"]
     assert "without meta.table" in result.output
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_cli_pairs_update_halves_in_any_of_its_batches(tmp_path, monkeypatch, batch):
+    monkeypatch.setattr(cli, "BATCH", batch)
+    path = tmp_path / "halves.txt"
+    path.write_text("\n".join(json.dumps(m) for m in (
+        INSERT, _half("updb", 1, {"ID": "1"}), _half("upda", 2, {"ID": "2"}), _half("updb", 3, {"ID": "2"}))) + "\n")
+    result = CliRunner().invoke(app, ["decode", "--format", "shareplex-json", str(path)])
+    assert result.exit_code == 1  # the last BEFORE has no AFTER
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(line["op"], line["before"]) for line in lines] == [("c", None), ("u", {"ID": "1"})]
+    assert f"{path}:4: shareplex-json: UPDATE BEFORE" in result.output
+    assert "4 records: 2 events, 1 skipped, 1 failed" in result.output
 
 
 # ------------------------------------------------------------------------------------------- bad input

@@ -477,6 +477,31 @@ def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batc
     assert reasons == {"invalid JSON": 2, "unknown Canal event type 'NOPE'": 1, "not a captured record": 1}
 
 
+def test_a_shareplex_update_whose_halves_spark_hands_to_python_apart_is_applied_whole(spark, tmp_path, monkeypatch):
+    # Spark hands a task's records to Python in Arrow batches: of one record each here, so that an UPDATE BEFORE
+    # and its UPDATE AFTER (which changes the key) come in two.
+    monkeypatch.setattr(pipeline.SourceRead, "decodes", property(lambda self: False))
+
+    def half(op: str, seq: int, data: dict) -> bytes:
+        return json.dumps({"meta": {"op": op, "table": "O.T", "trans": "7", "seq": seq, "size": 4, "scn": "100",
+                                    "time": "2020-01-01T00:00:00"}, "data": data}).encode()
+
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", [Record(value=v, topic="sp", offset=i) for i, v in enumerate([
+        half("ins", 1, {"ID": "1", "V": "a"}), half("ins", 2, {"ID": "5", "V": "e"}),
+        half("updb", 3, {"ID": "1", "V": "a"}), half("upda", 4, {"ID": "2", "V": "b"})])])
+    setting = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(setting)
+    spark.conf.set(setting, "1")
+    try:
+        summary = run(spark, tmp_path / "in", tmp_path / "lake", format="shareplex-json",
+                      options={"key-columns": "ID"})
+    finally:
+        spark.conf.set(setting, before)
+    assert (summary.total("records"), summary.total("dead_letters"), summary.total("skipped")) == (4, 0, 1)
+    assert {k: r["V"] for k, r in lake_rows(str(tmp_path / "lake"), "O", "T").items()} == {'["2"]': "b", '["5"]': "e"}
+
+
 def test_a_run_leaves_nothing_cached_in_spark(spark, tmp_path):
     """Each batch caches its changelog and net changes while it plans and applies them; a pipeline that runs for
     days must free them batch by batch, or Spark's cache list and storage memory grow with every batch."""

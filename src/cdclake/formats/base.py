@@ -64,6 +64,10 @@ class Decoded(msgspec.Struct):
     events: list[ChangeEvent] = msgspec.field(default_factory=list)
     failures: list[Failure] = msgspec.field(default_factory=list)
     skipped: int = 0
+    # Records whose decoding needs a later record of their partition (a SharePlex UPDATE BEFORE whose UPDATE
+    # AFTER is not read yet): only from ``decode(records, more=True)``, for the caller to decode again with
+    # what follows them.
+    waiting: list[Record] = msgspec.field(default_factory=list)
 
 
 def layout_id(columns_json: bytes) -> int:
@@ -109,9 +113,10 @@ class Format:
         """Whether decoding reads the records' Kafka headers: sources that drop them for speed keep them then."""
         return False
 
-    def decode(self, records: Sequence[Record]) -> Decoded:
-        """Decode a batch: every record ends as its events, a failure or a skip. This is the hot loop of
-        every format, so attribute look-ups are hoisted out of it."""
+    def decode(self, records: Sequence[Record], more: bool = False) -> Decoded:
+        """Decode a batch: every record ends as its events, a failure or a skip, or, where ``more`` records of
+        their partitions follow, as waiting for them. This is the hot loop of every format, so attribute look-ups
+        are hoisted out of it."""
         out = Decoded()
         events, failures, name = out.events, out.failures, self.name
         decode_record, fatal = self.decode_record, self.fatal

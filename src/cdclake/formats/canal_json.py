@@ -508,7 +508,7 @@ class CanalJson(Format):
 
     # ---------------------------------------------------------------------------------------- decoding
 
-    def decode(self, records: Sequence[Record]) -> Decoded:
+    def decode(self, records: Sequence[Record], more: bool = False) -> Decoded:
         # The base loop, with each record's Source given to its events as they are made.
         out = Decoded()
         events, failures, name = out.events, out.failures, self.name

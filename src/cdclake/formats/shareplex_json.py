@@ -16,7 +16,8 @@ since its layout is undocumented), ``UPDATE BEFORE`` / ``UPDATE AFTER`` (the two
   same topic partition, transaction and table (its ``seq`` one higher, when both have one) into one update
   whose after image is the BEFORE image overlaid with the AFTER image. An AFTER without its BEFORE is an
   update with no before image (an upsert of the after image); a BEFORE whose AFTER is not in the same batch
-  cannot be applied and fails with that reason.
+  cannot be applied and fails with that reason. A decoding task reads its records in several batches: a BEFORE
+  that ends one waits for the next (``decode(records, more=True)``), and fails only at the task's end.
 
 The messages do not say which columns form the key. Option ``key-columns`` names them (``ID`` for every
 table, or ``OWNER.TABLE=COL,COL;*=ID``); without it events carry no key and a row is identified by all its
@@ -236,8 +237,9 @@ class SharePlexJson(Format):
 
     # ---------------------------------------------------------------------------------------- decoding
 
-    def decode(self, records: Sequence[Record]) -> Decoded:
-        """The base loop, plus the pairing of UPDATE BEFORE and UPDATE AFTER records."""
+    def decode(self, records: Sequence[Record], more: bool = False) -> Decoded:
+        """The base loop, plus the pairing of UPDATE BEFORE and UPDATE AFTER records. With ``more``, a BEFORE that
+        is its partition's last record waits for the records that follow (its AFTER comes next)."""
         out = Decoded()
         pending: dict[tuple[str, int, str | None, str | None, str], tuple[Record, _Operation]] = {}
         for record in records:
@@ -272,7 +274,13 @@ class SharePlexJson(Format):
             for event in events:
                 event.source = source
             out.events.extend(events)
-        out.failures.extend(self._unpaired(*left) for left in pending.values())
+        if pending:
+            last = {(r.topic, r.partition): r for r in records} if more else {}
+            for record, operation in pending.values():
+                if last.get((record.topic, record.partition)) is record:
+                    out.waiting.append(record)
+                else:
+                    out.failures.append(self._unpaired(record, operation))
         return out
 
     def _unpaired(self, record: Record, operation: _Operation) -> Failure:

@@ -239,23 +239,36 @@ class _Task:
         self.tallies: dict[tuple[str | None, int | None], _Tally] = {}
         self.held: list[_Held] = []  # reducible row changes, waiting for their keys' newer ones
         self.compiled_layouts: dict[int, bytes] = {}  # the column lists the compiled path's changes named
+        self.waiting: list[Record] = []  # records the format decodes with the next batch's (see Decoded.waiting)
 
     def add(self, records: list[Record]) -> Iterator[pa.RecordBatch]:
         """The changelog of these records, as far as it is final (reduced changes wait for :meth:`finish`)."""
-        decoded = self._decode(records)
         self._count_records(records)
+        records, decoded = self._decode_after_waiting(records)
         yield from self._changes(records, decoded, [])
+
+    def _decode_after_waiting(self, records: list[Record]) -> tuple[list[Record], Decoded]:
+        """The records decoded after the ones that waited for them; returns those decoded to the end, and the
+        decoding, whose new waiting records are kept for the next batch."""
+        if self.waiting:
+            records = [*self.waiting, *records]
+        decoded = self._decode(records, more=True)
+        self.waiting = decoded.waiting
+        if self.waiting:
+            waiting = {id(r) for r in self.waiting}
+            records = [r for r in records if id(r) not in waiting]
+        return records, decoded
 
     def add_arrow(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """:meth:`add` for an Arrow batch of records: a format's compiled path (see ``Format.decode_arrow``)
         decodes what it can into changelog columns, and only the records it leaves become Python records."""
-        compiled = None if _has_unreadable(batch) else self.fmt.decode_arrow(batch.column("value"),
-                                                                              batch.column("offset"))
+        compiled = None if _has_unreadable(batch) or self.waiting else self.fmt.decode_arrow(
+            batch.column("value"), batch.column("offset"))
         if compiled is None or not len(compiled.records):
             yield from self.add(records_from_arrow(batch))
             return
         records = records_from_arrow(batch.take(pa.array(compiled.left))) if len(compiled.left) else []
-        decoded = self._decode(records)
+        records, decoded = self._decode_after_waiting(records)
         if any(e.commit_ts is None for e in decoded.events):
             # Ordered by their partition's commit ts before them, which counts records in read order.
             yield from self.add(records_from_arrow(batch))
@@ -264,18 +277,18 @@ class _Task:
         self.compiled_layouts.update(compiled.layouts)
         yield from self._changes(records, decoded, [self._compiled_changes(batch, compiled)])
 
-    def _decode(self, records: list[Record]) -> Decoded:
+    def _decode(self, records: list[Record], more: bool) -> Decoded:
         """The format's decoding of the records, except a line of a captured-records file that its reader could
         not read: that is no message of the format, so it fails with the reader's reason unseen by the decoder."""
         unreadable = {id(r): reason for r in records
                       if r.headers and (reason := r.header(UNREADABLE_HEADER)) is not None}
         if not unreadable:
-            return self._fit_int64(records, self.fmt.decode(records))
+            return self._fit_int64(records, self.fmt.decode(records, more))
         readable = [r for r in records if id(r) not in unreadable]
-        decoded = self._fit_int64(readable, self.fmt.decode(readable))
+        decoded = self._fit_int64(readable, self.fmt.decode(readable, more))
         failures = [Failure(r, self.fmt.name, unreadable[id(r)].decode(errors="replace")) for r in records
                     if id(r) in unreadable]
-        return Decoded(decoded.events, decoded.failures + failures, decoded.skipped)
+        return Decoded(decoded.events, decoded.failures + failures, decoded.skipped, decoded.waiting)
 
     def _fit_int64(self, records: list[Record], decoded: Decoded) -> Decoded:
         """The records whose events carry a commit ts or event time no 64-bit integer holds (as the changelog's
@@ -290,7 +303,7 @@ class _Task:
         failures = [Failure(r, self.fmt.name, misfits[(r.topic, r.partition, r.offset)]) for r in records
                     if (r.topic, r.partition, r.offset) in misfits]
         return Decoded([e for e in decoded.events if _coordinates(e.source) not in misfits],
-                       decoded.failures + failures, decoded.skipped)
+                       decoded.failures + failures, decoded.skipped, decoded.waiting)
 
     def _changes(self, records: list[Record], decoded: Decoded,
                  compiled: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -336,6 +349,9 @@ class _Task:
             tally.records += records
 
     def finish(self) -> Iterator[pa.RecordBatch]:
+        if self.waiting:
+            records, self.waiting = self.waiting, []
+            yield from self._changes(records, self._decode(records, more=False), [])
         yield from self._flush()
         listed = {**self.compiled_layouts,
                   **{layout.id: layout.text for layout in self.layouts.values() if layout.id is not None}}
