@@ -10,7 +10,8 @@ from deltalake import write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli import app
-from cdclake.sinks.delta import DeltaSink
+from cdclake.records import Record, read_file
+from cdclake.sinks.delta import DEAD_LETTERS, DeltaSink
 from cdclake.status import _reason_class
 
 
@@ -86,3 +87,26 @@ def test_status_names_a_lake_table_of_its_own_it_cannot_read(tmp_path):
     assert lines[1].split()[:3] == ["db.t", "2", "-"]  # rows still counted; where it is, unknown
     assert lines[2].startswith("_cdclake/progress") and "could not be read: " in lines[2]
     assert lines[3:] == ["dead letters: 0"]
+
+
+def test_dead_letters_of_several_formats_are_written_one_format_at_a_time(tmp_path):
+    _lake(tmp_path, "db.t")
+    runner = CliRunner()
+    listed = runner.invoke(app, ["dead-letters", str(tmp_path)])
+    assert listed.exit_code == 0 and listed.stdout == "" and "0 dead letters" in listed.output
+    rows = [{"topic": "a", "partition": 0, "offset": 5, "key": None, "value": b"x", "format": "canal-json",
+             "reason": "invalid JSON", "pipeline": "main.one", "batch": 0, "recorded_at": None},
+            {"topic": "b", "partition": 1, "offset": 7, "key": b"k", "value": b"\x00y", "format": "dts-avro",
+             "reason": "bad Avro", "pipeline": "other.two", "batch": 3, "recorded_at": None}]
+    write_deltalake(str(tmp_path / "_cdclake" / "dead_letters"), pa.Table.from_pylist(rows, schema=DEAD_LETTERS))
+    out = tmp_path / "dead.jsonl"
+    mixed = runner.invoke(app, ["dead-letters", str(tmp_path), "--write", str(out)])
+    assert mixed.exit_code == 2 and "2 formats (canal-json, dts-avro): choose one with --format" in mixed.output
+    assert not out.exists()
+    one = runner.invoke(app, ["dead-letters", str(tmp_path), "--format", "dts-avro", "--write", str(out)])
+    assert one.exit_code == 0 and one.stdout == "b:1:7  dts-avro  pipeline other.two batch 3  bad Avro\n"
+    (line,) = read_file(out)
+    assert line.record == Record(key=b"k", value=b"\x00y", topic="b", partition=1, offset=7)
+    by_name = runner.invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "main"])
+    assert by_name.stdout.startswith("a:0:5  canal-json  pipeline main.one") and "1 dead letter\n" in by_name.output
+    assert runner.invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "mai"]).stdout == ""

@@ -14,7 +14,7 @@ import typer
 from cdclake import formats
 from cdclake.events import to_json
 from cdclake.formats.base import Failure, parse_options
-from cdclake.records import FileLine, Record, read_file
+from cdclake.records import FileLine, Record, read_file, write_records
 
 if TYPE_CHECKING:
     from cdclake.sources.kafka import ClientSettings
@@ -48,6 +48,15 @@ def _require_files(paths: list[Path]) -> None:
     for path in paths:
         if not path.is_file():
             raise _fail(f"{path}: a directory; give its files ({path}/*)" if path.is_dir() else f"{path}: no such file")
+
+
+def _require_lake(lake: Path) -> None:
+    from cdclake import status as S
+
+    if not lake.is_dir():
+        raise _fail(f"{lake}: no such lake directory")
+    if not S.is_lake(str(lake)):
+        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
 
 
 def _batches(paths: list[Path]) -> Iterator[list[FileLine]]:
@@ -248,14 +257,45 @@ def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -
     table could not be read (its line says why)."""
     from cdclake import status as S
 
-    if not lake.is_dir():
-        raise _fail(f"{lake}: no such lake directory")
-    if not S.is_lake(str(lake)):
-        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
+    _require_lake(lake)
     state = S.collect(str(lake))
     typer.echo(S.render(state))
     if S.unreadable_tables(state):  # each named on its line above; the exit code tells a script
         raise typer.Exit(1)
+
+
+@app.command("dead-letters")
+def dead_letters(
+    lake: Annotated[Path, typer.Argument(help="Lake root directory.")],
+    reason: Annotated[str | None, typer.Option(help="Only those whose reason contains this text.")] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only those of this pipeline (its --name).")] = None,
+    format_name: Annotated[str | None, typer.Option("--format", help="Only those of this format.")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="List at most this many (0: all).")] = 20,
+    write: Annotated[Path | None, typer.Option(
+        help="Also write them all, with their bytes and where they were read, to this captured-records file: "
+             "input for `cdclake run --input` once their cause is fixed.")] = None,
+) -> None:
+    """List the records the lake could not apply: where each was read, its format, pipeline and batch, and why.
+    Oldest first."""
+    from cdclake import status as S
+
+    _require_lake(lake)
+    dead = S.dead_letters(str(lake), reason, pipeline, format_name)
+    shown = S.dead_letter_lines(dead if not limit else dead.slice(0, limit))
+    for line in shown:
+        typer.echo(line)
+    more = f" ({len(shown)} listed; --limit 0 lists all)" if len(shown) < dead.num_rows else ""
+    typer.echo(f"{dead.num_rows} dead letter{'' if dead.num_rows == 1 else 's'}{more}", err=True)
+    if write is not None:
+        kinds = sorted(set(dead["format"].to_pylist()))
+        if len(kinds) > 1:
+            raise _fail(f"they are of {len(kinds)} formats ({', '.join(kinds)}): choose one with --format, as a run "
+                        "reads one format from an input")
+        try:
+            count = write_records(write, S.dead_letter_records(dead))
+        except OSError as exc:
+            raise _fail(f"{write}: {exc.strerror or exc}") from None
+        typer.echo(f"wrote {count} records to {write}", err=True)
 
 
 @app.command()

@@ -13,7 +13,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from cdclake.sinks.delta import CONSISTENT_UP_TO, lake_tables, read_history
+from cdclake.records import Record
+from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, lake_tables, read_dataset, read_history
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
@@ -128,3 +129,37 @@ def render(state: dict[str, Any]) -> str:
     lines.append(f"dead letters: {total}")
     lines.extend(f"  {count:>8}  {reason}" for reason, count in state["dead_letters"].items())
     return "\n".join(lines)
+
+
+def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = None,
+                 format_name: str | None = None) -> pa.Table:
+    """The lake's dead letters that match (``reason``: a part of it; ``pipeline``: its name, or name.source), in the
+    order they were recorded."""
+    table = _open(os.path.join(lake, "_cdclake", "dead_letters"))
+    if table is None:
+        return DEAD_LETTERS.empty_table()
+    where = pc.scalar(True)
+    if pipeline is not None:  # the column names the pipeline and its source: NAME.SOURCE
+        where = where & ((pc.field("pipeline") == pipeline) | pc.starts_with(pc.field("pipeline"), f"{pipeline}."))
+    if format_name is not None:
+        where = where & (pc.field("format") == format_name)
+    if reason is not None:
+        where = where & pc.match_substring(pc.field("reason"), reason)
+    return read_dataset(table, None, where).sort_by(
+        [("recorded_at", "ascending"), ("pipeline", "ascending"), ("batch", "ascending"), ("topic", "ascending"),
+         ("partition", "ascending"), ("offset", "ascending")])
+
+
+def dead_letter_lines(dead: pa.Table) -> list[str]:
+    return [f"{row['topic']}:{row['partition']}:{row['offset']}  {row['format']}  pipeline {row['pipeline']} "
+            f"batch {row['batch']}  {row['reason']}"
+            for row in dead.select(["topic", "partition", "offset", "format", "pipeline", "batch", "reason"])
+            .to_pylist()]
+
+
+def dead_letter_records(dead: pa.Table) -> list[Record]:
+    """The dead letters as the records they were, where they were read: a captured-records file of them is input
+    that ``cdclake run`` reads again."""
+    return [Record(key=row["key"], value=row["value"], topic=row["topic"] or "", partition=row["partition"] or 0,
+                   offset=row["offset"] or 0)
+            for row in dead.select(["key", "value", "topic", "partition", "offset"]).to_pylist()]

@@ -73,8 +73,8 @@ def records(events: list[ChangeEvent], start_offset: int = 0, partition: int = 0
     return out
 
 
-def run(spark, input_dir: Path, lake: Path, **source) -> pipeline.RunSummary:
-    cfg = PipelineConfig(lake=str(lake), name="t", sources=[
+def run(spark, input_dir: Path, lake: Path, name: str = "t", **source) -> pipeline.RunSummary:
+    cfg = PipelineConfig(lake=str(lake), name=name, sources=[
         SourceConfig(format=source.pop("format", "canal-json"), input=str(input_dir), **source)])
     return pipeline.run(cfg, spark=spark)
 
@@ -475,6 +475,26 @@ def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batc
     assert not any(line.startswith(("scratch", "notes")) for line in lines)
     reasons = {line.split(maxsplit=1)[1]: int(line.split()[0]) for line in lines[lines.index("dead letters: 4") + 1:]}
     assert reasons == {"invalid JSON": 2, "unknown Canal event type 'NOPE'": 1, "not a captured record": 1}
+    # `cdclake dead-letters` lists them, and writes them out as input that a run reads again.
+    listed = CliRunner().invoke(app, ["dead-letters", str(tmp_path / "lake"), "--reason", "JSON", "--limit", "1",
+                                      "--write", str(tmp_path / "replay" / "dead.jsonl")])
+    assert listed.exit_code == 2 and "no such file or directory" in listed.output.lower()  # no such folder
+    (tmp_path / "replay").mkdir()
+    listed = CliRunner().invoke(app, ["dead-letters", str(tmp_path / "lake"), "--reason", "JSON", "--limit", "1",
+                                      "--write", str(tmp_path / "replay" / "dead.jsonl")])
+    assert listed.exit_code == 0, listed.output
+    (line,) = listed.stdout.splitlines()
+    assert line.split()[:5] == ["2.txt:0:0", "canal-json", "pipeline", "t.main", "batch"]
+    assert line.endswith("invalid JSON: JSON is malformed: invalid character (byte 4)")
+    assert "2 dead letters (1 listed; --limit 0 lists all)" in listed.output and "wrote 2 records" in listed.output
+    replayed = run(spark, tmp_path / "replay", tmp_path / "lake", name="replay")
+    assert (replayed.total("records"), replayed.total("failed")) == (2, 2)
+    again = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
+    assert sorted((d["topic"], d["offset"], d["value"]) for d in again if d["pipeline"] == "replay.main") == sorted(
+        (d["topic"], d["offset"], d["value"]) for d in dead if "JSON" in d["reason"])
+    listed = CliRunner().invoke(app, ["dead-letters", str(tmp_path / "lake"), "--pipeline", "replay", "--limit", "0"])
+    assert [line.split()[3] for line in listed.stdout.splitlines()] == ["replay.main"] * 2
+    assert "2 dead letters" in listed.output and "listed" not in listed.output
 
 
 def test_a_shareplex_update_whose_halves_spark_hands_to_python_apart_is_applied_whole(spark, tmp_path, monkeypatch):
