@@ -789,6 +789,40 @@ def test_changes_of_a_partition_read_behind_a_table_rename_reach_the_renamed_tab
     assert sorted(users) == ["[1]"] and users["[1]"]["name"] == "user 1 v7"
 
 
+def test_a_rename_onto_the_rows_a_partition_read_ahead_brought_merges_the_two(spark, tmp_path):
+    """A partition read ahead of the one with a RENAME TABLE brought, in an earlier batch, changes of the new name:
+    the lake has that table when the rename comes. The renamed table's rows join it, each key keeping its latest
+    change, and a key deleted after the rename stays deleted. A table with older rows than the rename is another
+    table, and the rename onto it still stops (see test_renames_and_drops_change_the_tables_their_statements_name)."""
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 2),
+                                                        change(INSERT, 12, 5)]))
+    write_records(tmp_path / "in" / "1.jsonl", records([
+        change(INSERT, 21, 3, table="people"), change(UPDATE, 22, 1, version=1, before_version=0, table="people"),
+        change(DELETE, 23, 2, table="people")], partition=1))
+    run(spark, tmp_path / "in", tmp_path / "lake")
+    lake = tmp_path / "lake"
+    assert sorted(lake_rows(str(lake), "shop", "people")) == ["[1]", "[3]"]
+    write_records(tmp_path / "in" / "2.jsonl", records([ddl(20, "RENAME TABLE shop.users TO shop.people",
+                                                            table="people"),
+                                                        change(UPDATE, 24, 3, version=2, before_version=0,
+                                                               table="people")], start_offset=3))
+    summary = run(spark, tmp_path / "in", tmp_path / "lake")
+    assert not summary.stopped and summary.total("dead_letters") == 0
+    people = lake_rows(str(lake), "shop", "people")
+    assert sorted(people) == ["[1]", "[3]", "[5]"]
+    assert [people[k]["name"] for k in ("[1]", "[3]", "[5]")] == ["user 1 v1", "user 3 v2", "user 5 v0"]
+    assert not (lake / "shop" / "users").exists()
+    assert DeltaTable(str(lake / "shop" / "people")).metadata().configuration["cdclake.renamedFrom"] == "shop.users"
+    # A late change of the old name from before the rename goes to the merged table, and is buried where it should.
+    write_records(tmp_path / "in" / "3.jsonl", records([change(UPDATE, 13, 2, version=3, before_version=0),
+                                                        change(UPDATE, 14, 5, version=3, before_version=0)],
+                                                       start_offset=3, partition=1))
+    assert not run(spark, tmp_path / "in", tmp_path / "lake").stopped
+    people = lake_rows(str(lake), "shop", "people")
+    assert sorted(people) == ["[1]", "[3]", "[5]"] and people["[5]"]["name"] == "user 5 v3"
+
+
 def test_a_crash_at_every_point_of_a_batch_that_renames_tables_applies_each_rename_once(tmp_path):
     """A replay of a batch after its renames were applied found the renamed tables gone: their rows before the rename
     made them anew, and the rename then stopped on its target. A rename now marks the table before it moves it, and a
@@ -807,6 +841,27 @@ def test_a_crash_at_every_point_of_a_batch_that_renames_tables_applies_each_rena
     assert sorted(users) == ["[2]", "[3]"] and users["[2]"]["name"] == "user 2 v1"
     assert sorted(lake_rows(str(lake), "shop", "_users_del")) == ["[1]"]
     assert not (lake / "shop" / "_users_gho").exists() and not (lake / "_cdclake" / "dead_letters").exists()
+
+
+def test_a_crash_at_every_point_of_a_rename_onto_rows_read_ahead_merges_them_once(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "0.jsonl", records([change(INSERT, 10, 1), change(INSERT, 11, 2)]))
+    write_records(tmp_path / "in" / "1.jsonl", records([
+        change(INSERT, 21, 3, table="people"), change(DELETE, 23, 2, table="people")], partition=1))
+    lake = tmp_path / "lake"
+    run(spark, tmp_path / "in", lake, name="default")
+    write_records(tmp_path / "in" / "2.jsonl", records([
+        ddl(20, "RENAME TABLE shop.users TO shop.people", table="people"),
+        change(UPDATE, 24, 1, version=2, before_version=0, table="people")], start_offset=2))
+    crash_at_every_point_then_finish(
+        [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+         "--lake", str(lake)], points=["before-rename", "during-rename-merge", "after-rename-merge", "after-rename",
+                                       *CRASH_POINTS])
+    people = lake_rows(str(lake), "shop", "people")
+    assert sorted(people) == ["[1]", "[3]"] and people["[1]"]["name"] == "user 1 v2"
+    assert not (lake / "shop" / "users").exists() and not (lake / "_cdclake" / "dead_letters").exists()
+    renames = DeltaTable(str(lake / "_cdclake" / "renames")).to_pyarrow_table().to_pylist()
+    assert [(r["table"], r["new_table"]) for r in renames] == [("users", "people")]
 
 
 def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark, tmp_path, caplog):

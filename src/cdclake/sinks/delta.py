@@ -83,6 +83,8 @@ RENAMES = pa.schema([
 
 COLUMN_CHANGE = "cdclake.columnChange"  # commit metadata: the DROP or RENAME COLUMN a commit applied, and its seq
 CONSISTENT_UP_TO = "cdclake.consistentUpToCommitTs"  # table property: every change up to it is applied
+# table property of a rename's target that a partition read ahead had made: the renamed table merged into it
+RENAMED_FROM = "cdclake.renamedFrom"
 RENAMED_TO = "cdclake.renamedTo"  # table property: the name a RENAME TABLE gave the table (its commit: the rename's)
 KAFKA_STARTS = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                           ("offset", pa.int64()), ("pinned_at", pa.timestamp("us", tz="UTC"))])
@@ -256,6 +258,11 @@ class DeltaSink:  # implements sinks.base.Sink
             # Deletes alone make no table: their images state no value, so a table made from them would take the
             # types their messages state for NULL, which may be stand-ins (DTS cannot tell a NULL BLOB from TEXT).
             return {"inserted": 0, "updated": 0, "deleted": 0}
+        return self._merge(database, table, target, changes, self._commit(version), nulls_only)
+
+    def _merge(self, database: str, table: str, target: DeltaTable | None, changes: pa.Table,
+               commit: CommitProperties | None, nulls_only: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
+        uri = self.table_uri(database, table)
         changes = self._drop_buried(database, table, changes)
         if target is not None:
             changes = self._older_rows_columns(target, changes)
@@ -264,7 +271,7 @@ class DeltaSink:  # implements sinks.base.Sink
         target = self._ensure_table(uri, changes.select(data_columns).schema, target)
         metrics = self._rewrite(target, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
-                         commit_properties=self._commit(version), merge_schema=False)
+                         commit_properties=commit, merge_schema=False)
             .when_matched_update(updates={quote(n): f"s.{quote(n)}" for n in data_columns},
                                  predicate="s._cdc_op <> 'd' AND s._cdc_seq > t._cdc_seq")
             .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_seq > t._cdc_seq")
@@ -563,23 +570,55 @@ class DeltaSink:  # implements sinks.base.Sink
         """Moves the table's directory, after a commit that marks it with the rename's version: the log moves with
         it, so the target carries the mark. Whether a replayed batch applied it already is :meth:`renamed`'s to say,
         before the table's earlier steps: applied, the table is gone and its steps would make it anew."""
-        uri, target = self.table_uri(database, table), self.table_uri(action.database or database, action.table)
+        new_database = action.database or database
+        uri, target = self.table_uri(database, table), self.table_uri(new_database, action.table)
         current = self._open(uri)
         if current is None:
             return "no lake table yet"
         if "://" in uri:
             raise TableStopped("RENAME TABLE is applied only to lakes on a local file system")
-        if os.path.exists(target):
+        arrived = self._open(target) if os.path.exists(target) else None
+        # A table marked by this rename passed the check of its target before: a merge into it may be half done.
+        marked = self._committed(current, version)
+        if os.path.exists(target) and not marked and not self._read_ahead(arrived, seq):
             raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
-        if not self._committed(current, version):
-            current.alter.set_table_properties({RENAMED_TO: f"{action.database or database}.{action.table}"},
+        if not marked:
+            current.alter.set_table_properties({RENAMED_TO: f"{new_database}.{action.table}"},
                                                raise_if_not_exists=False, commit_properties=self._commit(version))
         failpoint("before-rename")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.rename(uri, target)
+        if arrived is None:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(uri, target)
+        else:
+            self._merge_renamed(current, f"{database}.{table}", new_database, action.table, arrived, version)
+            failpoint("after-rename-merge")
+            shutil.rmtree(uri)
         failpoint("after-rename")
         self._journal_rename(database, table, action, version, seq)
-        return f"renamed to {action.database or database}.{action.table}"
+        merged = "" if arrived is None else " (merged with its rows that a partition read ahead had brought)"
+        return f"renamed to {new_database}.{action.table}{merged}"
+
+    @staticmethod
+    def _read_ahead(arrived: DeltaTable | None, seq: str) -> bool:
+        """Whether the table a rename's target names holds only changes newer than the rename: a partition read
+        ahead of the one with the statement brought them in an earlier batch."""
+        return arrived is not None and not read_dataset(arrived, ["_cdc_seq"], pc.field("_cdc_seq") <= seq).num_rows
+
+    def _merge_renamed(self, renamed: DeltaTable, renamed_name: str, database: str, table: str, arrived: DeltaTable,
+                       version: int) -> None:
+        """The renamed table's rows merged into the target's, a row group at a time: each key keeps its latest
+        change, and a key the target deleted after the rename stays deleted (its tombstone buries the older
+        row). A merge repeated after a crash changes nothing, so only the last commit carries the rename's version."""
+        if self._committed(arrived, version):
+            return
+        for rows in renamed.to_pyarrow_dataset().to_batches(batch_readahead=1, fragment_readahead=1):
+            changes = _plain_types(pa.Table.from_batches([rows]))
+            changes = changes.append_column("_cdc_op", pa.array(["u"] * changes.num_rows, pa.string()))
+            self._merge(database, table, self._open(self.table_uri(database, table)), changes, None)
+            failpoint("during-rename-merge")
+        merged = DeltaTable(self.table_uri(database, table), storage_options=self.storage_options)
+        merged.alter.set_table_properties({RENAMED_FROM: renamed_name}, raise_if_not_exists=False,
+                                          commit_properties=self._commit(version))
 
     def renamed(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> bool:
         """Whether this rename was applied: the lake's journal of renames says so, or the move was the last thing
