@@ -110,3 +110,8 @@ def test_dead_letters_of_several_formats_are_written_one_format_at_a_time(tmp_pa
     by_name = runner.invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "main"])
     assert by_name.stdout.startswith("a:0:5  canal-json  pipeline main.one") and "1 dead letter\n" in by_name.output
     assert runner.invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "mai"]).stdout == ""
+    for log in (tmp_path / "_cdclake" / "dead_letters" / "_delta_log").glob("*.json"):
+        log.write_text("{not json\n")
+    damaged = runner.invoke(app, ["dead-letters", str(tmp_path)])
+    assert damaged.exit_code == 2 and isinstance(damaged.exception, SystemExit), damaged.exception
+    assert "dead_letters could not be read: " in damaged.output

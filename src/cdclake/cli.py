@@ -280,7 +280,10 @@ def dead_letters(
     from cdclake import status as S
 
     _require_lake(lake)
-    dead = S.dead_letters(str(lake), reason, pipeline, format_name)
+    try:
+        dead = S.dead_letters(str(lake), reason, pipeline, format_name)
+    except S.DAMAGED as exc:
+        raise _fail(f"{lake / '_cdclake' / 'dead_letters'} could not be read: {S.first_line(exc)}") from None
     shown = S.dead_letter_lines(dead if not limit else dead.slice(0, limit))
     for line in shown:
         typer.echo(line)

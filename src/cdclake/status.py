@@ -18,7 +18,7 @@ from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, lake_tables, rea
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
-_DAMAGED = (DeltaError, OSError, pa.ArrowException)
+DAMAGED = (DeltaError, OSError, pa.ArrowException)
 
 
 def _open(uri: str) -> DeltaTable | None:
@@ -28,7 +28,7 @@ def _open(uri: str) -> DeltaTable | None:
         return None
 
 
-def _why(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     """The error's first line: delta-rs follows its message with a Rust backtrace."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -55,8 +55,8 @@ def collect(lake: str) -> dict[str, Any]:
                 consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
                 if consistent is not None:
                     tables[name]["consistent_ts"] = int(consistent)
-        except _DAMAGED as exc:
-            tables[name] = {"rows": None, "unreadable": _why(exc)}
+        except DAMAGED as exc:
+            tables[name] = {"rows": None, "unreadable": first_line(exc)}
     unreadable: dict[str, str] = {}  # the lake's own tables that could not be read, and why
     latest: dict[str, dict[str, Any]] = {}  # by table: the state its last batch left, of whichever pipeline
     try:
@@ -66,8 +66,8 @@ def collect(lake: str) -> dict[str, Any]:
                 for name, state in read_history(progress, pipeline).tables.items():
                     if (state.get("finished_at") or "") >= (latest.get(name, {}).get("finished_at") or ""):
                         latest[name] = state
-    except _DAMAGED as exc:
-        unreadable["_cdclake/progress"] = _why(exc)
+    except DAMAGED as exc:
+        unreadable["_cdclake/progress"] = first_line(exc)
     for name, state in latest.items():
         info = tables.setdefault(name, {"rows": 0})
         commit_ts, _, position = (state.get("last_seq") or "").partition("/")
@@ -78,8 +78,8 @@ def collect(lake: str) -> dict[str, Any]:
     reasons: Counter[str] = Counter()
     try:
         dead = _read(os.path.join(lake, "_cdclake", "dead_letters"), ["reason"])
-    except _DAMAGED as exc:
-        dead, unreadable["_cdclake/dead_letters"] = None, _why(exc)
+    except DAMAGED as exc:
+        dead, unreadable["_cdclake/dead_letters"] = None, first_line(exc)
     if dead is not None:
         for item in pc.value_counts(dead["reason"]).to_pylist():
             reasons[_reason_class(item["values"])] += item["counts"]
