@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -450,7 +451,7 @@ class DeltaSink:  # implements sinks.base.Sink
                                                                 commit_properties=self._commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
                     ).count_rows() == 0:
-                shutil.rmtree(uri, ignore_errors=True)
+                self._discard(uri)
             return "truncated" if isinstance(action, DDL.Truncate) else "dropped"
         existing = pa.schema(current.schema().to_arrow())
         if isinstance(action, DDL.AddColumn):
@@ -592,11 +593,19 @@ class DeltaSink:  # implements sinks.base.Sink
         else:
             self._merge_renamed(current, f"{database}.{table}", new_database, action.table, arrived, version)
             failpoint("after-rename-merge")
-            shutil.rmtree(uri)
+            self._discard(uri)
         failpoint("after-rename")
         self._journal_rename(database, table, action, version, seq)
         merged = "" if arrived is None else " (merged with its rows that a partition read ahead had brought)"
         return f"renamed to {new_database}.{action.table}{merged}"
+
+    def _discard(self, uri: str) -> None:
+        """Removes a table's directory: moved out of the lake at once, so that a crash while its files are deleted
+        leaves no half table behind (what a crash leaves in ``_cdclake/discarded`` goes with the next one)."""
+        discarded = self.internal_uri("discarded")
+        os.makedirs(discarded, exist_ok=True)
+        os.rename(uri, os.path.join(discarded, f"{uuid.uuid4().hex}"))
+        shutil.rmtree(discarded, ignore_errors=True)
 
     @staticmethod
     def _read_ahead(arrived: DeltaTable | None, seq: str) -> bool:
