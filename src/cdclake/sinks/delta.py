@@ -569,8 +569,10 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> str:
         """Moves the table's directory, after a commit that marks it with the rename's version: the log moves with
-        it, so the target carries the mark. Whether a replayed batch applied it already is :meth:`renamed`'s to say,
-        before the table's earlier steps: applied, the table is gone and its steps would make it anew."""
+        it, so the target carries the mark. Where a partition read ahead made the target already, the table's rows
+        are merged into it instead (:meth:`_merge_renamed`), whose last commit carries the version. Whether a
+        replayed batch applied it already is :meth:`renamed`'s to say, before the table's earlier steps: applied,
+        the table is gone and its steps would make it anew."""
         new_database = action.database or database
         uri, target = self.table_uri(database, table), self.table_uri(new_database, action.table)
         current = self._open(uri)
@@ -604,7 +606,7 @@ class DeltaSink:  # implements sinks.base.Sink
         leaves no half table behind (what a crash leaves in ``_cdclake/discarded`` goes with the next one)."""
         discarded = self.internal_uri("discarded")
         os.makedirs(discarded, exist_ok=True)
-        os.rename(uri, os.path.join(discarded, f"{uuid.uuid4().hex}"))
+        os.rename(uri, os.path.join(discarded, uuid.uuid4().hex))
         shutil.rmtree(discarded, ignore_errors=True)
 
     @staticmethod
@@ -621,6 +623,8 @@ class DeltaSink:  # implements sinks.base.Sink
         if self._committed(arrived, version):
             return
         for rows in renamed.to_pyarrow_dataset().to_batches(batch_readahead=1, fragment_readahead=1):
+            if not rows.num_rows:
+                continue
             changes = _plain_types(pa.Table.from_batches([rows]))
             changes = changes.append_column("_cdc_op", pa.array(["u"] * changes.num_rows, pa.string()))
             self._merge(database, table, self._open(self.table_uri(database, table)), changes, None)
