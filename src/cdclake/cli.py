@@ -281,7 +281,7 @@ def dead_letters(
 
     _require_lake(lake)
     try:
-        dead = S.dead_letters(str(lake), reason, pipeline, format_name)
+        dead = S.dead_letters(str(lake), reason, pipeline, format_name, with_bytes=write is not None)
     except S.DAMAGED as exc:
         raise _fail(f"{lake / '_cdclake' / 'dead_letters'} could not be read: {S.first_line(exc)}") from None
     shown = S.dead_letter_lines(dead if not limit else dead.slice(0, limit))

@@ -132,9 +132,9 @@ def render(state: dict[str, Any]) -> str:
 
 
 def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = None,
-                 format_name: str | None = None) -> pa.Table:
+                 format_name: str | None = None, with_bytes: bool = False) -> pa.Table:
     """The lake's dead letters that match (``reason``: a part of it; ``pipeline``: its name, or name.source), in the
-    order they were recorded."""
+    order they were recorded; their keys and values only ``with_bytes`` (they may be large, and many)."""
     table = _open(os.path.join(lake, "_cdclake", "dead_letters"))
     if table is None:
         return DEAD_LETTERS.empty_table()
@@ -145,9 +145,9 @@ def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = No
         where = where & (pc.field("format") == format_name)
     if reason is not None:
         where = where & pc.match_substring(pc.field("reason"), reason)
-    return read_dataset(table, None, where).sort_by(
-        [("recorded_at", "ascending"), ("pipeline", "ascending"), ("batch", "ascending"), ("topic", "ascending"),
-         ("partition", "ascending"), ("offset", "ascending")])
+    columns = None if with_bytes else [name for name in DEAD_LETTERS.names if name not in ("key", "value")]
+    return read_dataset(table, columns, where).sort_by(
+        [(name, "ascending") for name in ("recorded_at", "pipeline", "batch", "topic", "partition", "offset")])
 
 
 def dead_letter_lines(dead: pa.Table) -> list[str]:
