@@ -235,6 +235,8 @@ def run(
                f"{summary.total('skipped')} skipped", err=True)
     for table, why in sorted(summary.stopped.items()):
         typer.echo(f"table {table} is STOPPED, its records go to the dead letters: {why}", err=True)
+    if summary.total("dead_letters"):
+        typer.echo(f"the dead letters, with why: cdclake dead-letters {cfg.lake} --pipeline {cfg.name}", err=True)
     if interrupted:
         raise typer.Exit(130)
     if summary.stopped:

@@ -1007,6 +1007,22 @@ def test_cdclake_run_says_what_it_did_and_nothing_of_sparks_start_up(tmp_path):
     assert lines[-1].startswith("done: 1 batches, 1 records, 1 events, 1 inserted")
 
 
+def test_cdclake_run_with_dead_letters_says_which_command_lists_them(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_records(tmp_path / "in" / "1.jsonl", [*records([change(INSERT, 10, 1)]),
+                                                Record(value=b"not json", topic="cdc", offset=1)])
+    done = subprocess.run([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
+                           str(tmp_path / "in"), "--lake", str(tmp_path / "lake"), "--name", "orders"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[-2].startswith("done: 1 batches, 2 records, 1 events, 1 inserted") and "1 dead letters" in lines[-2]
+    assert lines[-1] == f"the dead letters, with why: cdclake dead-letters {tmp_path / 'lake'} --pipeline orders"
+    listed = subprocess.run(lines[-1].split(": ", 1)[1].split(), capture_output=True, text=True, check=False,
+                            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert listed.returncode == 0 and listed.stdout.startswith("cdc:0:1  canal-json  pipeline orders.main"), listed
+
+
 def test_a_signal_to_the_runs_whole_process_group_ends_it_cleanly(tmp_path):
     # As `timeout` or `kill -- -PGID` send it: before, it also reached Spark's JVM, and the run ended in a traceback.
     (tmp_path / "in").mkdir()

@@ -580,10 +580,11 @@ class DeltaSink:  # implements sinks.base.Sink
             return "no lake table yet"
         if "://" in uri:
             raise TableStopped("RENAME TABLE is applied only to lakes on a local file system")
-        arrived = self._open(target) if os.path.exists(target) else None
+        taken = os.path.exists(target)
+        arrived = self._open(target) if taken else None
         # A table marked by this rename passed the check of its target before: a merge into it may be half done.
         marked = self._committed(current, version)
-        if os.path.exists(target) and not marked and not self._read_ahead(arrived, seq):
+        if taken and not marked and not self._read_ahead(arrived, seq):
             raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
         if not marked:
             current.alter.set_table_properties({RENAMED_TO: f"{new_database}.{action.table}"},

@@ -262,13 +262,14 @@ class _Task:
     def add_arrow(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """:meth:`add` for an Arrow batch of records: a format's compiled path (see ``Format.decode_arrow``)
         decodes what it can into changelog columns, and only the records it leaves become Python records."""
-        compiled = None if _has_unreadable(batch) or self.waiting else self.fmt.decode_arrow(
-            batch.column("value"), batch.column("offset"))
+        compiled = None if _has_unreadable(batch) else self.fmt.decode_arrow(batch.column("value"),
+                                                                              batch.column("offset"))
         if compiled is None or not len(compiled.records):
             yield from self.add(records_from_arrow(batch))
             return
         records = records_from_arrow(batch.take(pa.array(compiled.left))) if len(compiled.left) else []
-        records, decoded = self._decode_after_waiting(records)
+        # A format with a compiled path (Canal-JSON) leaves no record waiting for the next batch.
+        decoded = self._decode(records, more=False)
         if any(e.commit_ts is None for e in decoded.events):
             # Ordered by their partition's commit ts before them, which counts records in read order.
             yield from self.add(records_from_arrow(batch))
