@@ -405,10 +405,8 @@ class BatchApplier:
         def stop_reason(name: tuple[str, str]) -> str:
             return f"table {name[0]}.{name[1]} stopped: {stopped[name]}"
 
-        reason = F.lit(None).cast("string")
-        for name in stopped:
-            reason = F.when((F.col("database") == name[0]) & (F.col("table") == name[1]),
-                            F.lit(stop_reason(name))).otherwise(reason)
+        reason = planner.case([((F.col("database") == name[0]) & (F.col("table") == name[1]), F.lit(stop_reason(name)))
+                               for name in stopped], F.lit(None).cast("string"))
         events = log.filter(F.col("status") == "event")
         statements = [(r["topic"], r["partition"], r["offset"], stop_reason(changed))
                       for r in events.filter(F.col("kind") == "ddl").select(

@@ -9,9 +9,7 @@ segments, applied in order with the DDL between them.
 
 from __future__ import annotations
 
-import functools
 import json
-import operator
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,31 +121,48 @@ _NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "layout", 
 
 def renamed_away(events: DataFrame, renames: Sequence[Rename]) -> DataFrame:
     """The changes of a table older than a RENAME TABLE of it that the lake applied in an earlier batch (a partition
-    read behind the one with the statement brings them) go to the new table, and on through its later renames."""
-    for rename in renames:  # in the order of their sequences: a change follows a table through its renames
-        events = (events.withColumn("_renamed", older_than(rename))
-                  .withColumn("database", F.when(F.col("_renamed"), F.lit(rename.new_database)).otherwise(
-                      F.col("database")))
-                  .withColumn("table", F.when(F.col("_renamed"), F.lit(rename.new_table)).otherwise(F.col("table")))
-                  .drop("_renamed"))
-    return events
+    read behind the one with the statement brings them) go to the new table, and on through its later renames.
+    Adds ``_renamed``: whether a rename took the change (even back to its own name)."""
+    branches = [((F.col("database") == database) & (F.col("table") == table) & (F.col("_cdc_seq") < F.lit(below)),
+                 F.array(F.lit(new_database), F.lit(new_table)))
+                for database, table, below, new_database, new_table in rename_bounds(renames)]
+    renamed = F.col("_renamed_to")
+    return (events.withColumn("_renamed_to", case(branches, F.lit(None).cast("array<string>")))
+            .withColumn("database", F.coalesce(renamed[0], F.col("database")))
+            .withColumn("table", F.coalesce(renamed[1], F.col("table")))
+            .withColumn("_renamed", renamed.isNotNull()).drop("_renamed_to"))
 
 
-def older_than(rename: Rename) -> F.Column:
-    """The changes of the renamed table before the rename."""
-    return ((F.col("database") == rename.database) & (F.col("table") == rename.table)
-            & (F.col("_cdc_seq") < F.lit(rename.seq)))
+def rename_bounds(renames: Sequence[Rename]) -> list[tuple[str, str, str, str, str]]:
+    """Where each change of a renamed table ends: (database, table, below, new database, new table), a change of
+    the table whose sequence is below ``below`` (and not below an earlier bound of the table) ending under the new
+    name, after every rename later than it, in their order. One flat list, read as a single CASE: a chain of one
+    expression per rename grew with the lake's history, and Spark Connect refuses a plan nested that deep."""
+    final: dict[TableName, TableName] = {}
+    bounds: dict[tuple[TableName, str], TableName] = {}
+    for rename in reversed(renames):  # the renames later than a change, composed from the last one back
+        old = (rename.database, rename.table)
+        new = (rename.new_database, rename.new_table)
+        final[old] = bounds[(old, rename.seq)] = final.get(new, new)
+    return [(*old, below, *new) for (old, below), new in sorted(bounds.items())]
+
+
+def case(branches: Sequence[tuple[F.Column, F.Column]], otherwise: F.Column) -> F.Column:
+    """CASE WHEN … THEN … ELSE ``otherwise``: one expression, however many branches (see :func:`rename_bounds`)."""
+    if not branches:
+        return otherwise
+    expression = F.when(*branches[0])
+    for condition, value in branches[1:]:
+        expression = expression.when(condition, value)
+    return expression.otherwise(otherwise)
 
 
 def _segment_expr(ddls: dict[TableName, list[str]]) -> F.Column:
     """Which segment a row falls in: how many of its table's DDL sequences precede it."""
-    expr = F.lit(0)
-    for (database, table), seqs in ddls.items():
-        inner = F.lit(0)
-        for index, seq in enumerate(sorted(seqs)):
-            inner = F.when(F.col("_cdc_seq") > F.lit(seq), F.lit(index + 1)).otherwise(inner)
-        expr = F.when((F.col("database") == database) & (F.col("table") == table), inner).otherwise(expr)
-    return expr
+    return case([((F.col("database") == database) & (F.col("table") == table) & (F.col("_cdc_seq") > F.lit(seq)),
+                  F.lit(index + 1))
+                 for (database, table), seqs in ddls.items()
+                 for index, seq in reversed(list(enumerate(sorted(seqs))))], F.lit(0))
 
 
 def _layout_columns(layout: Row, listed: dict[int, str], valued: dict[tuple, set[str]] | None = None) -> list[dict]:
@@ -382,9 +397,9 @@ def plan(changelog: DataFrame, carried_ts: dict[str, int] | None = None, renames
               .withColumn("_cdc_seq", F.expr(SEQ)).drop("_partition_ts"))
     # A task reduces each key's changes by table: a batch with changes of the new table under the old name is
     # planned again from every change (see pipeline), as one with a RENAME is.
-    moved = bool(renames) and bool(events.filter(functools.reduce(operator.or_, map(older_than, renames)))
-                                   .limit(1).count())
     events = renamed_away(events, renames)
+    moved = bool(renames) and bool(events.filter("_renamed").limit(1).count())
+    events = events.drop("_renamed")
 
     # DDL broadcast to several partitions (TiCDC) arrives more than once: apply each statement once.
     control_rows = (events.filter(F.col("kind").isin("ddl", "truncate"))
