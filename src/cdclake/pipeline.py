@@ -405,8 +405,8 @@ class BatchApplier:
         def stop_reason(name: tuple[str, str]) -> str:
             return f"table {name[0]}.{name[1]} stopped: {stopped[name]}"
 
-        reason = planner.case([((F.col("database") == name[0]) & (F.col("table") == name[1]), F.lit(stop_reason(name)))
-                               for name in stopped], F.lit(None).cast("string"))
+        reason = planner.case_sql([(planner.of_table(*name), planner.sql_string(stop_reason(name)))
+                                   for name in stopped], "CAST(NULL AS STRING)")
         events = log.filter(F.col("status") == "event")
         statements = [(r["topic"], r["partition"], r["offset"], stop_reason(changed))
                       for r in events.filter(F.col("kind") == "ddl").select(

@@ -11,9 +11,10 @@ from pyspark.sql import functions as F
 from cdclake import formats
 from cdclake.events import ChangeEvent, Column
 from cdclake.formats.base import layout_id
+from cdclake.sinks.delta import Rename
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
-from cdclake.spark.planner import RowStep, plan
+from cdclake.spark.planner import RowStep, _segment_expr, plan, renamed_away
 from tests.registries import FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark
@@ -230,3 +231,16 @@ def test_batches_whose_changes_all_have_a_commit_ts_reuse_the_code_spark_compile
     batch(0, {})
     batch(1000, {"t:0": 700})  # the first batch with something carried
     assert batch(2000, {"t:0": 1700}) == 0
+
+
+def test_renames_and_segments_name_tables_whatever_their_names_hold(spark):
+    """The planner writes table names into SQL as string literals: a quote, a backslash or a backquote in one stays
+    the name."""
+    odd = "o'dd\\na`me é"
+    changes = spark.createDataFrame([("db", odd, "5"), ("db", odd, "9"), ("db", "x", "1"), (None, None, "1")],
+                                    "database string, `table` string, _cdc_seq string")
+    moved = renamed_away(changes, [Rename("db", odd, "7", "db2", odd + "2")])
+    assert [(r["database"], r["table"], r["_renamed"]) for r in moved.collect()] == [
+        ("db2", odd + "2", True), ("db", odd, False), ("db", "x", False), (None, None, False)]
+    segments = changes.withColumn("segment", _segment_expr({("db", odd): ["3", "6"], ("db", "x"): ["1"]}))
+    assert [r["segment"] for r in segments.collect()] == [1, 2, 0, 0]
