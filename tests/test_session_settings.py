@@ -102,7 +102,7 @@ def test_the_users_settings_win(master, remote):
 
 def test_a_short_run_on_this_machine_compiles_quickly_unless_the_user_chose_jvm_options():
     assert _jvm_options(session_settings(None, None, "/opt/python", short_run=True)) == [
-        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), SHORT_RUN_JAVA_OPTIONS, TMPDIR, QUIET]
+        *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), *SHORT_RUN_JAVA_OPTIONS.split(), TMPDIR, QUIET]
     assert _jvm_options(session_settings(None, None, "/opt/python")) == [
         *LOCAL_DEFAULTS[JAVA_OPTIONS].split(), TMPDIR, QUIET]
     mine = {JAVA_OPTIONS: "-Xss4m"}

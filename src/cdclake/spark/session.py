@@ -65,8 +65,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # compiler (C1): compiling took about a third of a one-off run's CPU, on the cores the tasks need, and a run of a
 # few million records ends before the optimising compiler's (C2) faster code pays that back. `cdclake run` of the
 # benchmark's 1,009,559 events: medians 26.2 and 23.8 s instead of 27.7 and 30.5 s (README); later runs in one
-# session were about a fifth slower, so a pipeline that follows its sources keeps both compilers.
-SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# session were about a fifth slower, so a pipeline that follows its sources keeps both compilers. The code cache keeps
+# the size it has with both (with C1 alone Java reserves 48 MB): a run of 300,000 events with 160 DDL statements, each
+# segment's queries compiled anew, filled 48 MB after 71 s, and the JVM stopped compiling for the rest of the run.
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 # Run by Spark for each Python process it starts on this machine (see worker_python).
