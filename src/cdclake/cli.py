@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -162,6 +164,9 @@ def run(
     consistency: Annotated[str, typer.Option(
         help="none, or resolved-ts: apply only whole transactions, up to the smallest resolved ts of all "
              "partitions (ticdc-open, TiCDC canal-json).")] = "none",
+    remote: Annotated[str | None, typer.Option(
+        help="A Spark Connect server to run on, sc://HOST:PORT; sc://localhost:PORT finds the token of "
+             "`cdclake serve`.")] = None,
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
     tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
@@ -188,7 +193,7 @@ def run(
                                     connector=connector, consistency=consistency,
                                     kafka_retry_seconds=kafka_retry_seconds)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
-                                   checkpoint=str(checkpoint) if checkpoint else None)
+                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote)
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
@@ -547,6 +552,36 @@ def class_archive(
             typer.echo(f"cdclake: class-archive: {exc}", err=True)
             raise typer.Exit(1) from None
     typer.echo(f"Local Spark sessions now start from {path} ({path.stat().st_size / 2**20:,.0f} MiB).")
+
+
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 15002,
+    conf: Annotated[list[str] | None, typer.Option(help="Spark setting KEY=VALUE (repeatable).")] = None,
+) -> None:
+    """Keeps a local Spark running for the runs on this machine (a Spark Connect server on the loopback) until
+    Ctrl-C or SIGTERM: `cdclake run --remote sc://localhost:PORT` attaches to it instead of starting a JVM of its
+    own, and runs on the code Spark compiled for the runs before. Only this user's runs can attach: the server wants
+    a token, which they read from a file that only this user can read."""
+    from cdclake.spark.session import serve as serve_spark
+
+    try:
+        settings = _pairs(conf)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    stop = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stop.set())
+
+    def until_stopped() -> None:
+        while not stop.wait(1):
+            pass
+
+    try:
+        serve_spark(port, settings, until_stopped, say=lambda line: typer.echo(line, err=True))
+    except Exception as exc:
+        raise _fail(f"serve: {exc}") from None
+    typer.echo("cdclake: the Spark Connect server stopped", err=True)
 
 
 def main() -> None:

@@ -9,15 +9,19 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -319,10 +323,13 @@ def get_session(master: str | None = None, remote: str | None = None,
     # for installed Python data sources (at a new session's first read) with PYSPARK_DRIVER_PYTHON: from the bare
     # interpreter it compiled pyspark from the zip, 1.5 s against 0.53 s through the launcher.
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
+    remote = served_here(remote) if remote else remote
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name)
+    if remote and not _on_this_machine(master, remote):
+        _answering(remote)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
     archive = class_archive() if _on_this_machine(master, remote) else None
     settings = session_settings(master, remote, python, conf, archive if archive and _trusted(archive) else None,
@@ -335,7 +342,8 @@ def get_session(master: str | None = None, remote: str | None = None,
         warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
         if not remote:
             _start_driver_jvm(master or "local[*]", app_name, settings)
-        session = builder.getOrCreate()
+        with _refusal_explained(remote) if remote else contextlib.nullcontext():
+            session = builder.getOrCreate()
     if remote:
         # A remote server has its own defaults; these are per session and matter for correctness or speed.
         for key in PER_SESSION:
@@ -346,17 +354,121 @@ def get_session(master: str | None = None, remote: str | None = None,
     return session
 
 
-def _start_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+DEFAULT_CONNECT_PORT = 15002
+_LOCAL_SERVER = re.compile(r"sc://localhost:(\d+)/?")
+
+
+def server_address_file(port: int) -> Path:
+    """Where ``cdclake serve`` leaves its server's address, with the token that admits a client, for this user's
+    runs: in the user's private directory of the cache, the file itself readable by the user alone."""
+    return _user_cache() / f"cdclake-{os.getuid()}" / f"spark-connect-{port}"
+
+
+def served_here(remote: str) -> str:
+    """``sc://localhost:PORT`` with the token of the server ``cdclake serve`` runs on that port, where there is one;
+    any other address as it is."""
+    match = _LOCAL_SERVER.fullmatch(remote)
+    if match is None:
+        return remote
+    path = server_address_file(int(match.group(1)))
+    return path.read_text().strip() if _trusted(path) else remote
+
+
+def _server(remote: str) -> str:
+    """HOST:PORT of a Connect address, without what follows (a token)."""
+    url = urllib.parse.urlsplit(remote)
+    return f"{url.hostname}:{url.port or DEFAULT_CONNECT_PORT}"
+
+
+def _answering(remote: str) -> None:
+    """Fails at once, in one line, where nothing answers at the address: Spark's client would retry for minutes
+    without a word."""
+    host, _, port = _server(remote).rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        hint = " (`cdclake serve` starts one on this machine)" if host in ("localhost", "127.0.0.1") else ""
+        raise ValueError(f"no Spark Connect server answers at {host}:{port}{hint}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _refusal_explained(remote: str) -> Iterator[None]:
+    """A server that refuses the session (a token missing or wrong) says why in one line, not in a traceback."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    try:
+        yield
+    except SparkConnectGrpcException as exc:
+        details = re.search(r'details = "([^"]*)"', str(exc))
+        raise ValueError(f"the Spark Connect server at {_server(remote)} refused the session: "
+                         f"{details.group(1) if details else str(exc).splitlines()[0]}") from None
+
+
+def serve(port: int, conf: Mapping[str, str] | None, stop: Callable[[], object],
+          say: Callable[[str], None] = logger.info) -> None:
+    """A Spark Connect server on this machine's loopback, with the tuning of local sessions (and both compilers:
+    it serves run after run), until ``stop`` returns. Runs attach with ``sc://localhost:PORT``: they skip starting
+    a JVM and run on code it has compiled for the runs before. A client needs the token, a random one that only
+    this user can read (see :func:`server_address_file`): whoever connects runs code as this user."""
+    token = secrets.token_urlsafe(32)
+    address = server_address_file(port)
+    private_directory(address.parent.parent)
+    python = worker_python()
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    # The server reads its token from the environment, which only this user can read; a setting would be on
+    # the JVM's command line, which everyone can.
+    os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    archive = class_archive()
+    settings = session_settings(None, None, python, {
+        "spark.plugins": CONNECT_PLUGIN, "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port), **(conf or {})},
+        archive if archive and _trusted(archive) else None)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    jvm = _start_driver_jvm("local[*]", "cdclake-serve", settings,
+                            {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE})
+    if jvm is None:
+        raise RuntimeError("a Spark JVM runs in this process already")
+    threading.Thread(target=_relay_errors, args=(jvm.stderr,), daemon=True).start()
+    context = SparkContext.getOrCreate()
+    context.setLogLevel("ERROR")
+    try:
+        write_atomic(address, f"sc://localhost:{port}/;token={token}\n")
+        say(f"Spark Connect server on localhost:{port}: runs attach with --remote sc://localhost:{port} "
+            f"(or [spark] remote in PIPELINE.toml); Ctrl-C stops it")
+        stop()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            address.unlink()
+        context.stop()
+
+
+def _relay_errors(stream: BinaryIO) -> None:
+    """The JVM's errors, to this process's; not the lines of Spark's foreachBatch worker, which name its server's
+    address with the token, and four more for each run."""
+    for line in stream:
+        if not line.startswith(b"Streaming ForeachBatch worker"):
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+
+
+def _start_driver_jvm(master: str, app_name: str, settings: Mapping[str, str],
+                      streams: Mapping[str, int] | None = None) -> subprocess.Popen | None:
     """Starts the driver's JVM, where this process would start one, in a process group of its own: a signal sent to
     this process's group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``) then reaches cdclake alone, which
     ends the run after the batches being applied. Before, it also reached the JVM and Spark's Python workers, which
     went down mid-batch, and the run ended in a traceback. The JVM still ends with this process, as pyspark made it:
     it exits when its standard input, a pipe from here, closes. A group, not a session: Linux shares the CPU fairly
-    between sessions (autogroups), which would change how the driver and the JVM share it."""
+    between sessions (autogroups), which would change how the driver and the JVM share it. ``streams``: where its
+    ``stdout`` and ``stderr`` go (subprocess's DEVNULL or PIPE), if not to this process's. Returns the JVM's process,
+    if it started one."""
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
-        return  # a JVM is there already (an earlier session's, stopped or not, or spark-submit's that runs this)
+        return None  # a JVM is there already (an earlier session's, stopped or not, or spark-submit's that runs this)
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
-    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"process_group": 0}))
+    gateway = launch_gateway(conf, popen_kwargs={"process_group": 0, **(streams or {})})
+    SparkContext(conf=conf, gateway=gateway)
+    return gateway.proc
 
 
 # Changes with what build_class_archive puts in an archive, so that none built the older way is mapped.
@@ -386,10 +498,11 @@ def _spark_home() -> Path:
     return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
 
 
-def _trusted(archive: Path) -> bool:
-    """The archive is there, and no one but this user could have written it: the JVM runs what it holds."""
+def _trusted(path: Path) -> bool:
+    """The file is there, and no one but this user could have written it (a class archive: the JVM runs what it
+    holds)."""
     try:
-        status = archive.stat()
+        status = path.stat()
     except OSError:
         return False
     return stat.S_ISREG(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o022
