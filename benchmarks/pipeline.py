@@ -195,14 +195,17 @@ def measured_run(spark, data: Path, lake: Path, generated: workload.Generated, m
     return seconds, summary, cpu, lakecheck.differences(str(lake), generated.expected, generated.key_names)
 
 
-def command_run(records: Path, lake: Path, generated: workload.Generated | None, short_run: bool, cache: Path
-                ) -> tuple[float, list[str]]:
+def command_run(records: Path, lake: Path, generated: workload.Generated | None, short_run: bool, cache: Path,
+                remote: str | None = None) -> tuple[float, list[str]]:
     """``cdclake run`` as a user runs it, in a new process whose user cache is ``cache`` (where a local session
-    finds the archive of ``cdclake class-archive``, if one was built there): its seconds, and how the lake
-    differs from the simulator's final state (unless ``generated`` is None). Without ``short_run``, the JVM runs
-    with both compilers, as for a run with ``--follow``."""
+    finds the archive of ``cdclake class-archive``, if one was built there, and a run given ``remote`` the token
+    of ``cdclake serve``): its seconds, and how the lake differs from the simulator's final state (unless
+    ``generated`` is None). Without ``short_run``, a local JVM runs with both compilers, as for a run with
+    ``--follow``."""
     lake.mkdir(parents=True)
     options = "" if short_run else f'conf = {{ "{JAVA_OPTIONS}" = "{LOCAL_DEFAULTS[JAVA_OPTIONS]}" }}'
+    if remote:
+        options = f'remote = "{remote}"'
     config = lake.parent / f"{lake.name}.toml"
     config.write_text(f'name = "bench"\nlake = "{lake}"\n[spark]\n{options}\n[[source]]\nformat = "canal-json"\n'
                       f'input = "{records}"\n')
