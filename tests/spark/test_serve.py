@@ -81,3 +81,14 @@ def test_runs_attach_to_the_server_of_cdclake_serve_with_its_token_alone(tmp_pat
     assert "the Spark Connect server stopped" in said
     assert token not in said
     assert not address.exists()
+
+
+def test_serve_on_a_port_that_is_taken_says_so_in_a_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cdclake("serve", "--port", str(port), env=dict(os.environ))
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"cdclake: serve: port {port} of 127.0.0.1 is taken (Address already in use): " \
+                                  "--port chooses another"

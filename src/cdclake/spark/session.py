@@ -411,6 +411,11 @@ def serve(port: int, conf: Mapping[str, str] | None, stop: Callable[[], object],
     it serves run after run), until ``stop`` returns. Runs attach with ``sc://localhost:PORT``: they skip starting
     a JVM and run on code it has compiled for the runs before. A client needs the token, a random one that only
     this user can read (see :func:`server_address_file`): whoever connects runs code as this user."""
+    with socket.socket() as probe:  # Spark's own refusal is a Java stack trace
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ValueError(f"port {port} of 127.0.0.1 is taken ({exc.strerror}): --port chooses another") from None
     token = secrets.token_urlsafe(32)
     address = server_address_file(port)
     private_directory(address.parent.parent)
