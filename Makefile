@@ -31,3 +31,4 @@ bench: $(STAMP) java
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/rewrite.py
+	$(BIN)/python benchmarks/serve.py
