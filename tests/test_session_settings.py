@@ -15,7 +15,11 @@ from cdclake.spark.session import (
     LOCAL_DEFAULTS,
     PER_SESSION,
     SHORT_RUN_JAVA_OPTIONS,
+    listeners,
+    private_directory,
     scratch_directory,
+    served_here,
+    server_address_file,
     session_settings,
 )
 
@@ -149,3 +153,46 @@ def test_a_new_scratch_directory_removes_those_no_live_process_holds(short_tmp):
     mine = scratch_directory(short_tmp)
     assert sorted(p.name for p in home.iterdir()) == sorted([living.name, being_made.name, "run-file", mine.name])
     scratch_directory.cache_clear()
+
+
+def test_the_users_listening_on_a_port_are_read_from_the_kernels_socket_tables(tmp_path):
+    (tmp_path / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:3A9A 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1 0\n"
+        "   1: 0100007F:3A9A 0100007F:9F97 01 00000000:00000000 00:00000000 00000000  1002        0 2 1 0\n"
+        "   2: 00000000:3A9B 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1003        0 3 1 0\n")
+    (tmp_path / "tcp6").write_text(
+        "  sl  local_address                         remote_address                        st tx_queue rx_queue tr"
+        " tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000000000000000000001000000:3A9A 00000000000000000000000000000000:0000 0A 00000000:00000000"
+        " 00:00000000 00000000  1001        0 4 1 0\n")
+    tables = (str(tmp_path / "tcp"), str(tmp_path / "tcp6"), str(tmp_path / "missing"))
+    assert listeners(15002, tables) == {1000, 1001}  # not 1002's connection, nor 1003's listener on 15003
+
+
+def test_a_port_that_only_this_user_listens_on_is_found_listening(tmp_path):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert listeners(server.getsockname()[1]) == {os.getuid()}
+
+
+def test_a_run_takes_the_token_of_cdclake_serve_only_to_a_port_this_user_listens_on(monkeypatch):
+    from cdclake.spark import session
+
+    address = server_address_file(15002)
+    assert served_here("sc://localhost:15002") == "sc://localhost:15002"  # no server left its address
+    private_directory(address.parent.parent)
+    address.write_text("sc://localhost:15002/;token=secret\n")
+    address.chmod(0o600)
+    monkeypatch.setattr(session, "listeners", lambda port: {os.getuid()})
+    assert served_here("sc://localhost:15002") == "sc://localhost:15002/;token=secret"
+    assert served_here("sc://localhost:15003") == "sc://localhost:15003"
+    assert served_here("sc://db.example:15002") == "sc://db.example:15002"
+    # The server was killed, and another user's process took the port.
+    monkeypatch.setattr(session, "listeners", lambda port: {os.getuid(), os.getuid() + 1})
+    with pytest.raises(ValueError, match=r"port 15002 is another user's .* the address in .* is stale"):
+        served_here("sc://localhost:15002")
+

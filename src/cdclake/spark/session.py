@@ -371,8 +371,29 @@ def served_here(remote: str) -> str:
     match = _LOCAL_SERVER.fullmatch(remote)
     if match is None:
         return remote
-    path = server_address_file(int(match.group(1)))
-    return path.read_text().strip() if _trusted(path) else remote
+    port = int(match.group(1))
+    path = server_address_file(port)
+    if not _trusted(path):
+        return remote
+    if strangers := listeners(port) - {os.getuid()}:
+        # The server that left the file was killed, and another user's process took its port: it would get the
+        # token, and run this user's pipeline on its own Spark.
+        raise ValueError(f"port {port} is another user's (uid {min(strangers)}), not this user's `cdclake serve`: "
+                         f"the address in {path} is stale")
+    return path.read_text().strip()
+
+
+def listeners(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")) -> set[int]:
+    """The users whose sockets listen on the TCP port, at any address (Linux: the kernel's socket tables; none
+    where there are none to read)."""
+    found = set()
+    for table in tables:
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:  # 0A: LISTEN
+                    found.add(int(fields[7]))
+    return found
 
 
 def _server(remote: str) -> str:
