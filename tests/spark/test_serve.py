@@ -16,14 +16,9 @@ import pytest
 
 from cdclake import workload
 from cdclake.lakecheck import differences
+from tests.kafka.conftest import free_port
 
 pytestmark = pytest.mark.spark
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def cdclake(*arguments: str, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -319,20 +319,15 @@ def get_session(master: str | None = None, remote: str | None = None,
     (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. ``short_run``: the session
     serves one run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local
     session starts."""
-    # Workers must run this interpreter, or they cannot import cdclake's dependencies. The JVM starts its one search
-    # for installed Python data sources (at a new session's first read) with PYSPARK_DRIVER_PYTHON: from the bare
-    # interpreter it compiled pyspark from the zip, 1.5 s against 0.53 s through the launcher.
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
     remote = served_here(remote) if remote else remote
-    os.environ.setdefault("PYSPARK_PYTHON", python)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    _python_for_spark(python)
     builder = SparkSession.builder.appName(app_name)
     if remote and not _on_this_machine(master, remote):
         _answering(remote)
     builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
-    archive = class_archive() if _on_this_machine(master, remote) else None
-    settings = session_settings(master, remote, python, conf, archive if archive and _trusted(archive) else None,
+    settings = session_settings(master, remote, python, conf,
+                                trusted_archive() if _on_this_machine(master, remote) else None,
                                 short_run)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -352,6 +347,15 @@ def get_session(master: str | None = None, remote: str | None = None,
     else:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _python_for_spark(python: str) -> None:
+    """Workers must run this interpreter, or they cannot import cdclake's dependencies. The JVM starts its one search
+    for installed Python data sources (at a new session's first read) with PYSPARK_DRIVER_PYTHON: from the bare
+    interpreter it compiled pyspark from the zip, 1.5 s against 0.53 s through the launcher."""
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -441,17 +445,13 @@ def serve(port: int, conf: Mapping[str, str] | None, stop: Callable[[], object],
     address = server_address_file(port)
     private_directory(address.parent.parent)
     python = worker_python()
-    os.environ.setdefault("PYSPARK_PYTHON", python)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    _python_for_spark(python)
     # The server reads its token from the environment, which only this user can read; a setting would be on
     # the JVM's command line, which everyone can.
     os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
-    archive = class_archive()
     settings = session_settings(None, None, python, {
         "spark.plugins": CONNECT_PLUGIN, "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port), **(conf or {})},
-        archive if archive and _trusted(archive) else None)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+        "spark.connect.grpc.binding.port": str(port), **(conf or {})}, trusted_archive())
     jvm = _start_driver_jvm("local[*]", "cdclake-serve", settings,
                             {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE})
     if jvm is None:
@@ -517,6 +517,12 @@ def class_archive() -> Path | None:
         described.append(f"{jar} {status.st_size} {status.st_mtime_ns}")
     digest = hashlib.sha256("\n".join(described).encode()).hexdigest()[:16]
     return _user_cache() / f"cdclake-{os.getuid()}" / f"spark-classes-{digest}.jsa"
+
+
+def trusted_archive() -> Path | None:
+    """This user's class archive for the installed Java and Spark, if there is one that the JVM may map."""
+    archive = class_archive()
+    return archive if archive is not None and _trusted(archive) else None
 
 
 def _spark_home() -> Path:
