@@ -9,15 +9,15 @@ import pytest
 from tests import glue
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-CORPUS = SHARED / "corpus"
-SPEC = SHARED / "spec"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CORPUS = FIXTURES / "corpus"  # real messages of other projects: provenance and licences in its MANIFEST.md
+SPEC = FIXTURES / "spec"
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    # The corpus sits beside the checkout (as in CI); a missing corpus must fail, not skip.
-    assert CORPUS.is_dir(), f"the shared corpus is missing at {CORPUS}"
+    # A missing corpus must fail, not skip.
+    assert CORPUS.is_dir(), f"the test corpus is missing at {CORPUS}"
     return CORPUS
 
 
