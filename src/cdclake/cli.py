@@ -59,6 +59,15 @@ def _require_lake(lake: Path) -> None:
         raise _fail(f"{lake}: no such lake directory")
     if not S.is_lake(str(lake)):
         raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
+    _refuse_foreign(lake)
+
+
+def _refuse_foreign(lake: Path) -> None:
+    from cdclake.lakepaths import refuse_foreign
+
+    refused = refuse_foreign(str(lake))
+    if refused:
+        raise _fail(refused)
 
 
 def _batches(paths: list[Path]) -> Iterator[list[FileLine]]:
@@ -323,6 +332,7 @@ def maintain(
 
     if not lake.is_dir():
         raise _fail(f"{lake}: no such lake directory")
+    _refuse_foreign(lake)
     for done in maintain_lake(str(lake), retention_hours, compact):
         typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
 

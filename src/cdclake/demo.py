@@ -57,13 +57,14 @@ def read_back(lake: str, say: Callable[[str], None]) -> None:
     import polars as pl
     from deltalake import DeltaTable
 
+    from cdclake.lakepaths import table_path
     from cdclake.sinks.delta import DeltaSink
 
     shown: dict[str, str] = {}
     for database, table in DeltaSink(lake, "demo").tables():
         shown.setdefault(database, table)
     for database, table in list(shown.items())[:2]:
-        path = f"{lake}/{database}/{table}"
+        path = table_path(lake, database, table)
         frame = pl.read_delta(path).drop([c for c in pl.read_delta(path).columns if c.startswith("_cdc_")])
         say(f"\nPolars: pl.read_delta({path!r}) → {frame.height} rows")
         say(str(frame.head(3)))

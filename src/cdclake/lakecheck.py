@@ -54,15 +54,15 @@ def differences(lake: str, expected: dict, key_names: dict, limit: int = 10) -> 
     """How the lake differs from an expected state (``workload`` form: canonical rows per table), also in tables
     with rows that the state does not have, in its databases (a table left under a name that a rename or a drop
     freed)."""
-    from cdclake.sinks.delta import lake_tables
+    from cdclake.lakepaths import lake_tables, table_path
 
     databases = {database for database, _ in expected}
     problems: list[str] = [
         f"{database}.{table}: unexpected table" for database, table in lake_tables(lake)
         if (database, table) not in expected and database in databases
-        and DeltaTable(f"{lake}/{database}/{table}").to_pyarrow_dataset().count_rows()]
+        and DeltaTable(table_path(lake, database, table)).to_pyarrow_dataset().count_rows()]
     for (database, table), rows in sorted(expected.items()):
-        path = f"{lake}/{database}/{table}"
+        path = table_path(lake, database, table)
         if not rows:
             if DeltaTable.is_deltatable(path) and DeltaTable(path).to_pyarrow_dataset().count_rows():
                 problems.append(f"{database}.{table}: expected empty")

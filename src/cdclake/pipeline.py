@@ -33,7 +33,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdclake import compiled, formats
+from cdclake import compiled, formats, lakepaths
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.failpoints import failpoint
@@ -486,6 +486,9 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
+    refused = lakepaths.refuse_foreign(config.lake)  # tables named as an earlier cdclake did: never re-mapped
+    if refused:
+        raise ValueError(refused)
     config.make_directories()
     _check_kafka_sources(config)
     loading = None

@@ -13,8 +13,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from cdclake.lakepaths import lake_tables, table_path
 from cdclake.records import Record
-from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, lake_tables, read_dataset, read_history
+from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, read_dataset, read_history
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
@@ -49,7 +50,7 @@ def collect(lake: str) -> dict[str, Any]:
     for database, table in lake_tables(lake):
         name = f"{database}.{table}"
         try:
-            dt = _open(os.path.join(lake, database, table))
+            dt = _open(table_path(lake, database, table))
             if dt is not None:
                 tables[name] = {"rows": dt.to_pyarrow_dataset().count_rows()}
                 consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)

@@ -42,6 +42,7 @@ from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_de
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from cdclake import ddl as DDL
+from cdclake import lakepaths
 from cdclake.failpoints import failpoint
 
 STEPS_PER_BATCH = 1000
@@ -121,7 +122,16 @@ def tombstones(database: str, table: str, keys: pa.Array | list[str], seqs: pa.A
 
 
 def quote(name: str) -> str:
+    """A column name in a delta-rs (DataFusion SQL) expression."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def sql_literal(text: str) -> str:
+    """A string literal in a delta-rs (DataFusion SQL) predicate: the one way a value reaches one. delta-rs parses
+    predicates with sqlparser's generic dialect, where a backslash is an ordinary character and a quote is doubled;
+    a value with a character UTF-8 cannot hold (a lone surrogate) is refused rather than altered."""
+    text.encode("utf-8")
+    return "'" + text.replace("'", "''") + "'"
 
 
 class DeltaSink:  # implements sinks.base.Sink
@@ -139,7 +149,8 @@ class DeltaSink:  # implements sinks.base.Sink
 
     # -- locations -------------------------------------------------------------------------------
     def table_uri(self, database: str, table: str) -> str:
-        return f"{self.lake}/{database or '_'}/{table}"
+        """Where the source table is kept: its names as :mod:`cdclake.lakepaths` maps them, never as they are."""
+        return lakepaths.table_path(self.lake, database, table)
 
     def internal_uri(self, name: str) -> str:
         return f"{self.lake}/_cdclake/{name}"
@@ -270,7 +281,8 @@ class DeltaSink:  # implements sinks.base.Sink
             changes = self._older_rows_columns(target, changes)
         changes = self._keep_lake_types(target, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
-        target = self._ensure_table(uri, changes.select(data_columns).schema, target)
+        target = self._ensure_table(uri, changes.select(data_columns).schema, target,
+                                    lakepaths.stated_name(database, table))
         metrics = self._rewrite(target, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                          commit_properties=commit, merge_schema=False)
@@ -309,11 +321,13 @@ class DeltaSink:  # implements sinks.base.Sink
                                              _cast_or_stop(changes[field.name], field.name, lake_type))
         return changes
 
-    def _ensure_table(self, uri: str, schema: pa.Schema, table: DeltaTable | None) -> DeltaTable:
-        """The table at ``uri`` (``table``, if open already) with every column of ``schema``: made if missing."""
+    def _ensure_table(self, uri: str, schema: pa.Schema, table: DeltaTable | None,
+                      name: str | None = None) -> DeltaTable:
+        """The table at ``uri`` (``table``, if open already) with every column of ``schema``: made if missing, with
+        this Delta table ``name`` (see lakepaths.stated_name)."""
         if table is None:
             write_deltalake(uri, schema.empty_table(), mode="append", storage_options=self.storage_options,
-                            configuration={"delta.enableChangeDataFeed": "false"})
+                            name=name, configuration={"delta.enableChangeDataFeed": "false"})
             return DeltaTable(uri, storage_options=self.storage_options)
         existing = pa.schema(table.schema().to_arrow())
         missing = [f for f in schema if f.name not in existing.names]
@@ -428,7 +442,7 @@ class DeltaSink:  # implements sinks.base.Sink
         if tombstones is None:
             return 0
         horizon = (_now() - self.tombstone_retention).strftime("%Y-%m-%dT%H:%M:%S.%f")
-        deleted = self._rewrite(tombstones, lambda table: table.delete(f"deleted_at < '{horizon}'"))
+        deleted = self._rewrite(tombstones, lambda table: table.delete(f"deleted_at < {sql_literal(horizon)}"))
         return deleted.get("num_deleted_rows", 0)
 
     # -- DDL ----------------------------------------------------------------------------------------------
@@ -448,7 +462,7 @@ class DeltaSink:  # implements sinks.base.Sink
         if isinstance(action, DDL.Truncate | DDL.DropTable):
             # Rows newer than the statement (already here) stay. A change older than it may still arrive from
             # another partition: the caller records a table-wide tombstone (tombstones()) to bury it.
-            self._rewrite(current, lambda target: target.delete(f"_cdc_seq < '{seq}'",
+            self._rewrite(current, lambda target: target.delete(f"_cdc_seq < {sql_literal(seq)}",
                                                                 commit_properties=self._commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
                     ).count_rows() == 0:
@@ -565,7 +579,7 @@ class DeltaSink:  # implements sinks.base.Sink
         """Drop snapshots older than ``before``: the progress row of a later batch has superseded them."""
         held = self._open(self.internal_uri("held"))
         if held is not None:
-            predicate = f"pipeline = '{self.pipeline.replace(chr(39), chr(39) * 2)}' AND held_batch < {before}"
+            predicate = f"pipeline = {sql_literal(self.pipeline)} AND held_batch < {int(before)}"
             self._rewrite(held, lambda table: table.delete(predicate))
 
     def _rename(self, database: str, table: str, action: DDL.RenameTable, version: int, seq: str) -> str:
@@ -588,7 +602,9 @@ class DeltaSink:  # implements sinks.base.Sink
         if taken and not marked and not self._read_ahead(arrived, seq):
             raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
         if not marked:
-            current.alter.set_table_properties({RENAMED_TO: f"{new_database}.{action.table}"},
+            stated = lakepaths.stated_name(new_database, action.table)
+            current.alter.set_table_properties({RENAMED_TO: f"{new_database}.{action.table}",
+                                                **({lakepaths.SOURCE_NAME: stated} if stated else {})},
                                                raise_if_not_exists=False, commit_properties=self._commit(version))
         failpoint("before-rename")
         if arrived is None:
@@ -709,22 +725,7 @@ class DeltaSink:  # implements sinks.base.Sink
 
     def tables(self) -> list[tuple[str, str]]:
         """The source tables present in the lake."""
-        return lake_tables(self.lake)
-
-
-def lake_tables(lake: str) -> list[tuple[str, str]]:
-    """The (database, table) of each Delta table at ``<lake>/<database>/<table>`` of a local lake; anything else
-    there (a file, a directory that holds no Delta table, the lake's own ``_cdclake``) is not a table."""
-    found = []
-    if "://" in lake or not os.path.isdir(lake):
-        return found
-    for database in sorted(os.listdir(lake)):
-        if database.startswith(("_", ".")) or not os.path.isdir(os.path.join(lake, database)):
-            continue
-        for table in sorted(os.listdir(os.path.join(lake, database))):
-            if os.path.isdir(os.path.join(lake, database, table, "_delta_log")):
-                found.append((database, table))
-    return found
+        return lakepaths.lake_tables(self.lake)
 
 
 class Maintained(NamedTuple):

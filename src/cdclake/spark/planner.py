@@ -157,8 +157,15 @@ def case_sql(branches: Sequence[tuple[str, str]], otherwise: str) -> F.Column:
 
 
 def sql_string(text: str) -> str:
-    """A SQL string literal of the text."""
+    """A Spark SQL string literal of the text: the one way a value reaches Spark SQL text. With Spark's default
+    ``spark.sql.parser.escapedStringLiterals=false`` a backslash starts an escape (``\\'``, ``\\\\``, ``\\u0027``),
+    so both it and the quote are escaped; a doubled quote would be two adjacent literals, which Spark joins."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_name(name: str) -> str:
+    """A Spark SQL identifier (a column name) of the text."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def of_table(database: str, table: str) -> str:
@@ -337,7 +344,7 @@ def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
         literal = sql_string(c.name)
         text = f"after[{literal}]"
         typed = cast_sql(text, parse_type(c.type))
-        projections.append(f"{typed} AS `{c.name.replace('`', '``')}`")
+        projections.append(f"{typed} AS {sql_name(c.name)}")
         if typed != text:
             checks.append(f"CASE WHEN {text} IS NOT NULL AND {typed} IS NULL AND {text} NOT LIKE '0000-00-00%' "
                           f"THEN {literal} END")
