@@ -14,12 +14,13 @@ from deltalake import DeltaTable
 from cdclake import types as T
 from cdclake import values as V
 from cdclake.events import Column
+from cdclake.lakepaths import table_path
 from cdclake.types import parse_type
 
 
 def lake_rows(lake: str, database: str, table: str) -> dict[str, dict[str, Any]]:
     """Rows by ``_cdc_key``, without the bookkeeping columns."""
-    rows = DeltaTable(f"{lake}/{database}/{table}").to_pyarrow_table().to_pylist()
+    rows = DeltaTable(table_path(lake, database, table)).to_pyarrow_table().to_pylist()
     return {r["_cdc_key"]: {k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows}
 
 

@@ -734,12 +734,13 @@ def test_renames_and_drops_change_the_tables_their_statements_name(spark, tmp_pa
     assert sorted(lake_rows(str(lake), "shop", "people")) == ["[1]", "[4]"]
     assert sorted(lake_rows(str(lake), "shop", "audit log")) == ["[2]"]
     assert not any((lake / "shop" / gone).exists() for gone in ("users", "audit", "orders", "carts", "never_loaded"))
+    assert sorted(os.listdir(lake / "shop")) == ["audit~20log", "extra", "people"]  # names as lakepaths maps them
     # A rename onto a table the lake has stops the renamed table, and the record of its statement (which the event
     # names by the statement's first table) is a dead letter of it.
     write_records(tmp_path / "in" / "3.jsonl", records(
         [ddl(30, "RENAME TABLE shop.people TO shop.humans, shop.extra TO shop.`audit log`")], start_offset=8))
     assert run(spark, tmp_path / "in", tmp_path / "lake").stopped == {
-        "shop.extra": f"RENAME TABLE target {lake / 'shop' / 'audit log'} already exists in the lake"}
+        "shop.extra": "RENAME TABLE target shop.audit log already exists in the lake"}
     assert sorted(lake_rows(str(lake), "shop", "humans")) == ["[1]", "[4]"]
     (dead,) = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
     assert dead["offset"] == 8 and dead["reason"].startswith("table shop.extra stopped: RENAME TABLE target")
@@ -764,7 +765,7 @@ def test_the_swap_that_online_schema_change_tools_end_with_moves_every_table(spa
     assert sorted(users) == ["[1]", "[2]"]
     assert users["[1]"]["name"] == "user 1 v0" and users["[2]"]["name"] == "user 2 v1"
     assert sorted(lake_rows(str(lake), "shop", "_users_del")) == ["[1]"]
-    assert not (lake / "shop" / "_users_gho").exists()
+    assert sorted(os.listdir(lake / "shop")) == ["users", "~5fusers_del"]
 
 
 def test_changes_of_a_partition_read_behind_a_table_rename_reach_the_renamed_table(spark, tmp_path):

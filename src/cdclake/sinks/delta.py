@@ -600,7 +600,7 @@ class DeltaSink:  # implements sinks.base.Sink
         # A table marked by this rename passed the check of its target before: a merge into it may be half done.
         marked = self._committed(current, version)
         if taken and not marked and not self._read_ahead(arrived, seq):
-            raise TableStopped(f"RENAME TABLE target {target} already exists in the lake")
+            raise TableStopped(f"RENAME TABLE target {new_database}.{action.table} already exists in the lake")
         if not marked:
             stated = lakepaths.stated_name(new_database, action.table)
             current.alter.set_table_properties({RENAMED_TO: f"{new_database}.{action.table}",

@@ -157,15 +157,12 @@ def case_sql(branches: Sequence[tuple[str, str]], otherwise: str) -> F.Column:
 
 
 def sql_string(text: str) -> str:
-    """A Spark SQL string literal of the text: the one way a value reaches Spark SQL text. With Spark's default
-    ``spark.sql.parser.escapedStringLiterals=false`` a backslash starts an escape (``\\'``, ``\\\\``, ``\\u0027``),
-    so both it and the quote are escaped; a doubled quote would be two adjacent literals, which Spark joins."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def sql_name(name: str) -> str:
-    """A Spark SQL identifier (a column name) of the text."""
-    return "`" + name.replace("`", "``") + "`"
+    """A Spark SQL string literal of the text: the one way a value reaches Spark SQL text (names reach it only as
+    Column aliases). With Spark's default ``spark.sql.parser.escapedStringLiterals=false`` a backslash starts an
+    escape (``\\'``, ``\\\\``, ``\\u0027``), so both it and the quote are escaped (a doubled quote would be two
+    adjacent literals, which Spark joins); ``$`` is written ``\\u0024``, since Spark replaces ``${name}`` in the
+    text of every expression it parses (``spark.sql.variable.substitute``), inside literals too."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("$", "\\u0024") + "'"
 
 
 def of_table(database: str, table: str) -> str:
@@ -335,21 +332,20 @@ def _typed(columns: list[Column], found: dict[str, dict]) -> tuple[list[Column],
 def typed_changes(net: DataFrame, columns: list[Column]) -> DataFrame:
     """The typed lake rows, plus ``_cdc_unfit``: the columns whose value the lake type cannot hold (never
     turned into NULL silently; MySQL zero dates are the documented exception)."""
-    projections = [
+    projections = [F.expr(text) for text in (
         "key AS _cdc_key", "op AS _cdc_op", "_cdc_seq", "commit_ts AS _cdc_commit_ts",
-        "position AS _cdc_position", "ts_ms AS _cdc_ts_ms",
-    ]
+        "position AS _cdc_position", "ts_ms AS _cdc_ts_ms")]
     checks = []
     for c in columns:
         literal = sql_string(c.name)
         text = f"after[{literal}]"
         typed = cast_sql(text, parse_type(c.type))
-        projections.append(f"{typed} AS {sql_name(c.name)}")
+        projections.append(F.expr(typed).alias(c.name))  # a name in SQL text would be parsed, ${…} replaced
         if typed != text:
             checks.append(f"CASE WHEN {text} IS NOT NULL AND {typed} IS NULL AND {text} NOT LIKE '0000-00-00%' "
                           f"THEN {literal} END")
-    projections.append(f"concat_ws(',', {', '.join(checks)}) AS _cdc_unfit" if checks else "'' AS _cdc_unfit")
-    return net.selectExpr(*projections)
+    projections.append(F.expr(f"concat_ws(',', {', '.join(checks)}) AS _cdc_unfit" if checks else "'' AS _cdc_unfit"))
+    return net.select(*projections)
 
 
 def partition_commit_ts(tallies: list[Row], carried: dict[str, int]) -> F.Column:
