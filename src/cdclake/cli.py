@@ -57,9 +57,9 @@ def _require_lake(lake: Path) -> None:
 
     if not lake.is_dir():
         raise _fail(f"{lake}: no such lake directory")
+    _refuse_foreign(lake)
     if not S.is_lake(str(lake)):
         raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
-    _refuse_foreign(lake)
 
 
 def _refuse_foreign(lake: Path) -> None:

@@ -92,3 +92,21 @@ def test_tables_of_an_earlier_cdclake_with_other_names_are_refused_not_re_mapped
     assert L.foreign_tables(str(tmp_path)) == ["Shop/a.b", "_/t"]
     refusal = L.refuse_foreign(str(tmp_path))
     assert "\n" not in refusal and "Shop/a.b (and 1 more)" in refusal and "~53hop/a~2eb" in refusal
+
+
+def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from cdclake.cli import app
+
+    lake = tmp_path / "lake"
+    write_deltalake(str(lake / "_" / "t"), pa.table({"id": [1]}))  # an empty database, as cdclake wrote it before
+    (tmp_path / "in").mkdir()
+    before = sorted(p.name for p in lake.rglob("*"))
+    for args in (["status", str(lake)], ["maintain", str(lake)], ["dead-letters", str(lake)],
+                 ["run", "--format", "canal-json", "--input", str(tmp_path / "in"), "--lake", str(lake)]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output == (f"cdclake: {lake}: table directory _/t is not named as this cdclake names tables; "
+                                 f"move it to ~/t (see the README's 'Lake layout') or out of the lake\n"), args
+    assert sorted(p.name for p in lake.rglob("*")) == before  # refused, not re-mapped
