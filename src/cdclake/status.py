@@ -110,11 +110,18 @@ def _readable(position: str | None) -> str:
     return "/".join((part.lstrip("0") or "0") if part.isdigit() else part for part in position.split("/"))
 
 
+def shown(name: str) -> str:
+    """A source's name as one line of text: its own characters, with those a terminal would act on escaped."""
+    return name if name.isprintable() else "".join(
+        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in name)
+
+
 def render(state: dict[str, Any]) -> str:
     positions = {name: _readable(info.get("position")) for name, info in state["tables"].items()}
     width = max([len("position"), *map(len, positions.values())])
     lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':{width}} last batch"]
-    for name, info in state["tables"].items():
+    for table, info in state["tables"].items():
+        name = shown(table)
         if "unreadable" in info:
             lines.append(f"{name:40} could not be read: {info['unreadable']}")
             continue
@@ -122,7 +129,7 @@ def render(state: dict[str, Any]) -> str:
         if info.get("consistent_ts") is not None:
             flag += f"  consistent up to commit_ts {info['consistent_ts']}"
         lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
-                     f"{positions[name]:{width}} {info.get('last_batch_at') or '-'}{flag}")
+                     f"{positions[table]:{width}} {info.get('last_batch_at') or '-'}{flag}")
     if not state["tables"]:
         lines.append("(no tables)")
     lines.extend(f"{name:40} could not be read: {why}" for name, why in state["unreadable"].items())

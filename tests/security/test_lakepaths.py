@@ -110,3 +110,12 @@ def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_
         assert result.output == (f"cdclake: {lake}: table directory _/t is not named as this cdclake names tables; "
                                  f"move it to ~/t (see the README's 'Lake layout') or out of the lake\n"), args
     assert sorted(p.name for p in lake.rglob("*")) == before  # refused, not re-mapped
+
+
+def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_escaped():
+    from cdclake.status import render
+
+    names = ["../x.t", "shop.a\nb", "shop.\x1b[2Jc", "shop.\udc80", "shop.é😀"]
+    lines = render({"tables": {n: {"rows": 1} for n in names}, "unreadable": {}, "dead_letters": {}}).splitlines()
+    assert [line.split(" ")[0] for line in lines[1:-1]] == [
+        "../x.t", "shop.a\\nb", "shop.\\x1b[2Jc", "shop.\\udc80", "shop.é😀"]
