@@ -1,7 +1,8 @@
 """Hostile names and positions through ``cdclake run`` (its own Spark, real Delta tables): nothing is written outside
 the lake, the lake's own tables keep their schema, innocent tables of the same batch are right, every hostile record
-is applied under its mapped name and ``cdclake status`` shows the source's names; a TRUNCATE whose position holds
-SQL deletes only older rows, and one whose position holds a lone quote does not stop the run."""
+is applied under its mapped name (RENAME TABLE and DROP TABLE too) and ``cdclake status`` shows the source's names; a
+TRUNCATE whose position holds SQL deletes only older rows, and one whose position holds a lone quote does not stop
+the run."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from cdclake import formats, lakepaths
 from cdclake.cli import app
-from cdclake.events import INSERT, ROW, TRUNCATE, ChangeEvent, Column
+from cdclake.events import DDL, INSERT, ROW, TRUNCATE, ChangeEvent, Column
 from cdclake.records import write_records
 from cdclake.sinks.delta import DEAD_LETTERS, PROGRESS, TOMBSTONES
 from tests.lake import lake_rows
@@ -60,6 +61,11 @@ def test_hostile_names_and_positions_through_cdclake_run(tmp_path):
     debezium.mkdir(parents=True)
     names = HOSTILE + INNOCENT
     events = [_row(d, t, (100 + n) << 18, i) for n, (d, t) in enumerate([*names, ("shop", "")]) for i in (1, 2)]
+    # DDL whose names are hostile too: a RENAME TABLE out of the lake, a DROP TABLE of the lake's own dead letters
+    events += [ChangeEvent(kind=DDL, database="..", table="moved", ddl="RENAME TABLE `..`.`.` TO `../..`.`moved`",
+                           commit_ts=200 << 18),
+               ChangeEvent(kind=DDL, database="_cdclake", table="dead_letters", commit_ts=201 << 18,
+                           ddl="DROP TABLE `_cdclake`.`dead_letters`")]
     write_records(canal / "1.jsonl", formats.create("canal-json", {"flavour": "tidb"}).encode(events))
     # Debezium MySQL: each table gets a row older and a row newer than its TRUNCATE, which arrives in a later batch.
     late = [_row("db", "injected", 1000, 1, _binlog("f", 1)), _row("db", "injected", 3000, 2, _binlog("f", 3)),
@@ -89,10 +95,13 @@ def test_hostile_names_and_positions_through_cdclake_run(tmp_path):
     dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table(columns=["offset", "reason"])
     assert dead.to_pylist() == [{"offset": offset, "reason": "INSERT message without table"}  # the empty table name
                                 for offset in (2 * len(names), 2 * len(names) + 1)]
-    for database, table in names:
-        assert sorted(lake_rows(str(lake), database, table).values(), key=str) == [
+    # each source table → where its rows are now: the DROP took the table named _cdclake.dead_letters, not the lake's
+    now = {name: name for name in names if name != ("_cdclake", "dead_letters")}
+    now[("..", ".")] = ("../..", "moved")
+    for (database, table), where in now.items():
+        assert sorted(lake_rows(str(lake), *where).values(), key=str) == [
             {"id": i, "v": f"{database}.{table}:{i}"} for i in (1, 2)], (database, table)
-    assert sorted(lakepaths.lake_tables(str(lake))) == sorted([*names, ("db", "injected"), ("db", "quoted")])
+    assert sorted(lakepaths.lake_tables(str(lake))) == sorted([*now.values(), ("db", "injected"), ("db", "quoted")])
     for entry in os.listdir(lake):
         assert entry == "_cdclake" or lakepaths.source(entry) is not None or "~~" in entry
     # the late TRUNCATEs deleted the older row only
