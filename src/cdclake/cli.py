@@ -337,6 +337,23 @@ def maintain(
         typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
 
 
+@app.command("migrate-names")
+def migrate_names(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
+    """Move the tables that an earlier cdclake named as their source did (upper case, dots, `_` for no database) to
+    the directories that name them now (README, "Lake layout"). Run it while no pipeline writes to the lake."""
+    from cdclake.lakepaths import migrate
+
+    if not lake.is_dir():
+        raise _fail(f"{lake}: no such lake directory")
+    try:
+        moved = migrate(str(lake))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    for line in moved:
+        typer.echo(line)
+    typer.echo(f"{len(moved)} tables moved", err=True)
+
+
 @app.command()
 def generate(
     format_name: FormatName,

@@ -15,7 +15,8 @@ database allows. :func:`segment` encodes any ``str`` (empty, NUL, lone surrogate
   of that kind, in its table property :data:`SOURCE_NAME`.
 
 A lake of an earlier cdclake, whose names were written as they are, keeps every directory of ``[a-z0-9_-]`` not
-starting with ``_`` or ``-``; :func:`foreign_tables` finds the others, which a run refuses rather than re-map.
+starting with ``_`` or ``-``; :func:`foreign_tables` finds the others, which a run refuses rather than re-map
+(:func:`migrate`, ``cdclake migrate-names``, moves them).
 """
 
 from __future__ import annotations
@@ -152,8 +153,36 @@ def refuse_foreign(lake: str) -> str | None:
     foreign = foreign_tables(lake)
     if not foreign:
         return None
-    database, _, table = foreign[0].partition("/")
-    moved = f"{segment('' if database == '_' else database)}/{segment(table)}"
     more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
     return (f"{lake}: table directory {foreign[0]}{more} is not named as this cdclake names tables; move it to "
-            f"{moved} (see the README's 'Lake layout') or out of the lake")
+            f"{_moved(foreign[0])} or run `cdclake migrate-names {lake}` (see the README's 'Lake layout')")
+
+
+def _moved(directory: str) -> str:
+    """Where a table directory of an earlier cdclake belongs: its names were the source's (``_``: no database)."""
+    database, _, table = directory.partition("/")
+    return f"{segment('' if database == '_' else database)}/{segment(table)}"
+
+
+def migrate(lake: str) -> list[str]:
+    """Moves each table of a local lake that an earlier cdclake named as its source did to the directory that names
+    it now (a hashed one states its names first); returns ``old -> new`` for each. A target that exists stops it
+    before that move (ValueError). Run it while no pipeline writes to the lake; run again after a crash."""
+    from deltalake import DeltaTable
+
+    moved = []
+    for old in foreign_tables(lake):
+        new = _moved(old)
+        source, target = os.path.join(lake, old), os.path.join(lake, new)
+        if os.path.exists(target):
+            raise ValueError(f"{lake}: cannot move {old} to {new}, which exists")
+        database, _, table = old.partition("/")
+        stated = stated_name("" if database == "_" else database, table)
+        if stated is not None:
+            DeltaTable(source).alter.set_table_properties({SOURCE_NAME: stated}, raise_if_not_exists=False)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(source, target)
+        if not os.listdir(os.path.dirname(source)):
+            os.rmdir(os.path.dirname(source))
+        moved.append(f"{old} -> {new}")
+    return moved

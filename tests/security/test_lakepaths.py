@@ -91,7 +91,7 @@ def test_tables_of_an_earlier_cdclake_with_other_names_are_refused_not_re_mapped
     assert L.lake_tables(str(tmp_path)) == [("shop", "users")]
     assert L.foreign_tables(str(tmp_path)) == ["Shop/a.b", "_/t"]
     refusal = L.refuse_foreign(str(tmp_path))
-    assert "\n" not in refusal and "Shop/a.b (and 1 more)" in refusal and "~53hop/a~2eb" in refusal
+    assert "\n" not in refusal and "Shop/a.b (and 1 more)" in refusal and "move it to ~53hop/a~2eb" in refusal
 
 
 def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_in_one_line(tmp_path):
@@ -108,8 +108,28 @@ def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
         assert result.output == (f"cdclake: {lake}: table directory _/t is not named as this cdclake names tables; "
-                                 f"move it to ~/t (see the README's 'Lake layout') or out of the lake\n"), args
+                                 f"move it to ~/t or run `cdclake migrate-names {lake}` (see the README's 'Lake "
+                                 f"layout')\n"), args
     assert sorted(p.name for p in lake.rglob("*")) == before  # refused, not re-mapped
+
+
+def test_migrate_names_moves_the_tables_of_an_earlier_cdclake_where_they_belong(tmp_path):
+    from typer.testing import CliRunner
+
+    from cdclake.cli import app
+
+    lake = tmp_path / "lake"
+    old = {("_", "t"): "", ("Shop", "Users"): "Shop", ("shop", "a.b"): "shop", ("shop", "ok"): "shop",
+           ("shop", "L" * 200): "shop"}
+    for database, table in old:
+        write_deltalake(str(lake / database / table), pa.table({"id": [len(table)]}))
+    result = CliRunner().invoke(app, ["migrate-names", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert sorted(L.lake_tables(str(lake))) == sorted((source, table) for (_, table), source in old.items())
+    for (_, table), source in old.items():
+        assert DeltaTable(L.table_path(str(lake), source, table)).to_pyarrow_table()["id"].to_pylist() == [len(table)]
+    assert sorted(os.listdir(lake)) == ["shop", "~", "~53hop"] and not L.refuse_foreign(str(lake))
+    assert CliRunner().invoke(app, ["migrate-names", str(lake)]).output == "0 tables moved\n"
 
 
 def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_escaped():
