@@ -66,6 +66,16 @@ _COLUMN_TYPE_END = re.compile(
     r"SRID)\b.*$", re.IGNORECASE | re.DOTALL)
 
 
+def quote(identifier: str) -> str:
+    """A MySQL identifier of any name (what :func:`unquote` reads back): the one way a name enters DDL text."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def qualified(database: str | None, table: str | None) -> str:
+    """```database`.`table``` (```table``` without a database), quoted by :func:`quote`."""
+    return f"{quote(database)}.{quote(table or '')}" if database else quote(table or "")
+
+
 def unquote(identifier: str) -> str:
     identifier = identifier.strip()
     if identifier[:1] == "`" and identifier[-1:] == "`":
@@ -108,9 +118,14 @@ def _column_type(definition: str) -> str:
     return _COLUMN_TYPE_END.sub("", definition.strip()).strip()
 
 
+# A quoted identifier or string (kept whole: a name may hold "--", "#" or "/*"), or a comment.
+_QUOTED_OR_COMMENT = re.compile(
+    r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|/\*.*?\*/|(?:--|#)[^\n]*", re.DOTALL)
+
+
 def _strip_comments(sql: str) -> str:
-    sql = re.sub(r"/\*.*?\*/", " ", sql, flags=re.DOTALL)
-    return re.sub(r"(--|#)[^\n]*", " ", sql).strip().rstrip(";").strip()
+    sql = _QUOTED_OR_COMMENT.sub(lambda m: m.group(0) if m.group(0)[0] in "`'\"" else " ", sql)
+    return sql.strip().rstrip(";").strip()
 
 
 def parse(sql: str) -> list[Action]:

@@ -496,8 +496,7 @@ class _Table:
         self.gens = {c.name: value_generator(c.type) for c in columns if not c.key}
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+_quote = ddl_actions.quote
 
 
 def create_table_sql(database: str, table: str, columns: Sequence[Column]) -> str:

@@ -58,3 +58,12 @@ def test_typed_changes_keep_hostile_column_names(spark):
                                 "ts_ms long, after map<string,string>")
     typed = typed_changes(net, [Column(n, "bigint") for n in names])
     assert typed.columns[6:-1] == names and list(typed.collect()[0])[6:-1] == [1] * len(names)
+
+
+@pytest.mark.parametrize("name", [n for n in HOSTILE if n])  # MySQL has no empty name
+def test_a_statement_written_with_a_quoted_name_names_exactly_that_table(name):
+    from cdclake import ddl
+
+    assert ddl.split_qualified(ddl.qualified("db", name)) == ("db", name)
+    assert ddl.by_table(f"RENAME TABLE `db`.`t` TO {ddl.qualified(name, name)}", "db", "t") == [
+        (("db", "t"), [ddl.RenameTable(database=name, table=name)])]

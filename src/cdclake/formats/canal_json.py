@@ -816,7 +816,7 @@ class CanalJson(Format):
         if e.kind in (DDL, TRUNCATE):
             sql = e.ddl or ""
             if e.kind == TRUNCATE:
-                sql = e.ddl or f"TRUNCATE TABLE {_quoted(e.database, e.table)}"
+                sql = e.ddl or f"TRUNCATE TABLE {ddl_text.qualified(e.database, e.table)}"
                 kind = "DDL" if flavour == "dts" else "TRUNCATE"
             else:
                 kind = "DDL" if flavour == "dts" else ddl_type(sql)
@@ -904,11 +904,6 @@ def _tidb_order(*, database: str, table: str, type: str, es: int, ts: int, sql: 
     elif commit_ts is not None:
         message["_tidb"] = {"commitTs": commit_ts}
     return message
-
-
-def _quoted(database: str | None, table: str | None) -> str:
-    name = "`" + (table or "").replace("`", "``") + "`"
-    return "`" + database.replace("`", "``") + "`." + name if database else name
 
 
 def _tidb_text(value: Any, t: SqlType, zone: str | None) -> str | None:

@@ -1412,7 +1412,7 @@ def _datum(event: ChangeEvent, index: int) -> dict[str, Any]:
     if event.kind in (DDL, TRUNCATE):
         datum["operation"] = "DDL"
         datum["objectName"] = object_name(event.database, None)
-        datum["afterImages"] = event.ddl or f"TRUNCATE TABLE `{event.database}`.`{event.table}`"
+        datum["afterImages"] = event.ddl or f"TRUNCATE TABLE {ddl_text.qualified(event.database, event.table)}"
         return datum
     if event.kind != ROW:
         raise ValueError(f"dts-avro: cannot encode an event of kind {event.kind!r}")

@@ -881,7 +881,7 @@ class TicdcOpen(Format):
                 keys.append(_encoder.encode(_KeyOut(ts=event.commit_ts or 0, t=RESOLVED_EVENT)))
                 values.append(b"")
             elif event.kind in (DDL, TRUNCATE):
-                query = event.ddl or (f"TRUNCATE TABLE `{event.database}`.`{event.table}`"
+                query = event.ddl or (f"TRUNCATE TABLE {ddl_text.qualified(event.database, event.table)}"
                                       if event.kind == TRUNCATE else "")
                 code = TRUNCATE_TABLE if event.kind == TRUNCATE else _statement_action(query)
                 if code == TRUNCATE_TABLE and event.kind != TRUNCATE:
