@@ -261,7 +261,7 @@ class BatchApplier:
                 # Every record behind the stopped tables' changes, also those a reduction left out.
                 every = self._unreduced(records()) if reduced else log
                 dead = dead.unionByName(self._stopped_records(raw_records() if raw is None else raw, every,
-                                                              stopped_now))
+                                                              stopped_now), allowMissingColumns=True)
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
