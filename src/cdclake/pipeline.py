@@ -45,7 +45,7 @@ from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session, is_connect, private_directory, task_slots
-from cdclake.spark.sources import DECODING_SOURCES, register, reread
+from cdclake.spark.sources import DECODING_SOURCES, register, reread, seal
 from cdclake.types import parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
@@ -947,7 +947,10 @@ class SourceRead:
         options = dict(self.options)
         if self.decodes:
             formats.create(self.source.format, self.source.options)  # fail fast on the driver for a bad option
-            options.update(decode=self.source.format, decodeOptions=json.dumps(self.source.options), reduce="true")
+            # The format's options (a registry's credentials, say) reach the source held by it, not as its options.
+            options.update(decode=self.source.format, decodeOptions=seal(json.dumps(self.source.options)),
+                           reduce="true")
+            register(spark)
         try:
             return spark.readStream.format(self.data_source).options(**options).load()
         except AnalysisException as exc:
