@@ -18,6 +18,7 @@ from cdclake import confluent, pipeline, workload
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.records import write_records
 from cdclake.sinks.delta import DeltaSink
+from cdclake.spark import sources
 from tests.registries import FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark
@@ -82,3 +83,16 @@ def test_a_registry_password_is_not_in_the_plans_of_a_source_that_decodes(spark,
     plans = stream._jdf.queryExecution().toString()
     assert "cdclake-files" in plans and "decodeOptions" in plans  # what Spark shows of the source's options
     assert password not in plans
+
+
+def test_a_sealed_option_is_read_only_from_the_class_that_holds_it():
+    text = '{"registry": "http://reader:pw@127.0.0.1:9"}'
+    sealed = sources.seal(text)
+    assert sealed.startswith(sources.SEALED) and "pw" not in sealed and sources.seal(text) == sealed
+    assert sources.seal(text + " ") != sealed
+    holding = type("FilesDataSource", (sources.FilesDataSource,), {"sealed": {sealed: text}})
+    assert holding({"decodeOptions": sealed, "decode": "debezium-avro"}).options["decodeOptions"] == text
+    assert holding({"decodeOptions": "{}"}).options["decodeOptions"] == "{}"  # given as it is: as before
+    for other in (sources.SEALED + "0" * 32, sources.SEALED, sealed + "x"):
+        with pytest.raises(ValueError, match="do not hold"):
+            holding({"decodeOptions": other})
