@@ -196,13 +196,14 @@ class BatchApplier:
             decoded = log = data.persist()
             # Only a batch that renames or stops a table, or has dead letters, needs its records again.
             records = functools.cache(lambda: self.read.records(decoded))
-            raw_records = functools.cache(lambda: CL.raw_records(self.read.records(decoded, headers=True)))
+            raw_records = functools.cache(lambda: CL.raw_records(self.read.records(decoded, headers=True),
+                                                                 self.read.marks_lines))
         else:
             if consistent:
                 data = data.persist()  # read again for the raw bytes of the changes it holds
             decoded = log = CL.decode(data, self.source.format, self.source.options, reduce=reduced).persist()
             records = functools.cache(lambda: data)
-            raw_records = functools.cache(lambda: CL.raw_records(data))
+            raw_records = functools.cache(lambda: CL.raw_records(data, self.read.marks_lines))
         raw: DataFrame | None = None  # resolved-ts mode: the records behind the changes, also those held before
         plan: planner.BatchPlan | None = None
         try:
@@ -936,6 +937,11 @@ class SourceRead:
     data_source: str
     options: dict[str, str]
     target: Any = None
+
+    @property
+    def marks_lines(self) -> bool:
+        """Whether its records carry the captured-records reader's mark of a line it could not read."""
+        return self.data_source == "cdclake-files"
 
     @property
     def decodes(self) -> bool:

@@ -737,12 +737,16 @@ def load_python_workers(spark: SparkSession, in_use: Iterable[tuple[str, dict[st
                                                        "id long").collect()
 
 
-def raw_records(records: DataFrame) -> DataFrame:
-    """Each record as a dead letter keeps it: coordinates, key, value, headers (in order, duplicates kept; not the
-    reason a captured-records reader gave for a line it could not read, on which a replay would fail again),
-    timestamp and its type; null where the records lack them (Kafka's read without headers)."""
-    headers = (F.filter("headers", lambda header: header["key"] != F.lit(UNREADABLE_HEADER))
-               if "headers" in records.columns else F.lit(None).cast("array<struct<key:string,value:binary>>"))
+def raw_records(records: DataFrame, marked: bool = False) -> DataFrame:
+    """Each record as a dead letter keeps it: coordinates, key, value, headers (in order, duplicates kept), timestamp
+    and its type; null where the records lack them (Kafka's read without headers). ``marked``: records of the
+    captured-records reader, whose mark of a line it could not read is no header of the record (a replay would fail
+    on it again)."""
+    headers: Any = F.col("headers")
+    if "headers" not in records.columns:
+        headers = F.lit(None).cast("array<struct<key:string,value:binary>>")
+    elif marked:
+        headers = F.filter("headers", lambda header: header["key"] != F.lit(UNREADABLE_HEADER))
     timestamp = F.col("timestamp") if "timestamp" in records.columns else F.lit(None).cast("timestamp")
     kind = F.col("timestampType") if "timestampType" in records.columns else F.lit(None).cast("int")
     return records.select("topic", "partition", "offset", "key", "value", headers.alias("headers"),
