@@ -115,3 +115,29 @@ def test_dead_letters_of_several_formats_are_written_one_format_at_a_time(tmp_pa
     damaged = runner.invoke(app, ["dead-letters", str(tmp_path)])
     assert damaged.exit_code == 2 and isinstance(damaged.exception, SystemExit), damaged.exception
     assert "dead_letters could not be read: " in damaged.output
+
+
+# The dead-letter table as cdclake wrote it before its records' headers and timestamps were kept.
+OLD_DEAD_LETTERS = pa.schema([f for f in DEAD_LETTERS if f.name not in ("headers", "timestamp", "timestamp_type")])
+
+
+def test_a_lake_with_the_earlier_dead_letter_table_gains_headers_and_timestamps_and_lists_its_old_rows(tmp_path):
+    old = {"topic": "a", "partition": 0, "offset": 5, "key": b"k", "value": b"x", "format": "canal-json",
+           "reason": "invalid JSON", "pipeline": "main.one", "batch": 0, "recorded_at": 0}
+    write_deltalake(str(tmp_path / "_cdclake" / "dead_letters"), pa.Table.from_pylist([old], schema=OLD_DEAD_LETTERS))
+    out = tmp_path / "dead.jsonl"
+    listed = CliRunner().invoke(app, ["dead-letters", str(tmp_path), "--write", str(out)])  # before the upgrade's
+    assert listed.exit_code == 0, listed.output
+    assert [line.record for line in read_file(out)] == [Record(key=b"k", value=b"x", topic="a", offset=5)]
+    headers = [("h", b"\x00"), ("h", None), ("", b"")]
+    new = {**old, "offset": 6, "batch": 1, "headers": [{"key": k, "value": v} for k, v in headers],
+           "timestamp": 1_700_000_000_123_000, "timestamp_type": 1}
+    rows = pa.Table.from_pylist([new], schema=DEAD_LETTERS).drop_columns(["pipeline", "batch", "recorded_at"])
+    assert DeltaSink(str(tmp_path), "main.one").write_dead_letters(rows, 1, 1999) == 1
+    written = CliRunner().invoke(app, ["dead-letters", str(tmp_path), "--write", str(out)])
+    assert written.exit_code == 0, written.output
+    assert written.stdout.splitlines() == ["a:0:5  canal-json  pipeline main.one batch 0  invalid JSON",
+                                           "a:0:6  canal-json  pipeline main.one batch 1  invalid JSON"]
+    assert [line.record for line in read_file(out)] == [
+        Record(key=b"k", value=b"x", topic="a", offset=5),
+        Record(key=b"k", value=b"x", topic="a", offset=6, timestamp=1_700_000_000_123, headers=headers)]

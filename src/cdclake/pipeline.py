@@ -45,7 +45,7 @@ from cdclake.spark import changelog as CL
 from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session, is_connect, private_directory, task_slots
-from cdclake.spark.sources import DECODING_SOURCES, register, reread
+from cdclake.spark.sources import DECODING_SOURCES, register, reread, seal
 from cdclake.types import parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
@@ -194,18 +194,21 @@ class BatchApplier:
         # The cached changelog; ``log`` is what the planner reads of it.
         if self.read.decodes:
             decoded = log = data.persist()
-            # Only a batch that renames or stops a table needs its records again.
+            # Only a batch that renames or stops a table, or has dead letters, needs its records again.
             records = functools.cache(lambda: self.read.records(decoded))
+            raw_records = functools.cache(lambda: CL.raw_records(self.read.records(decoded, headers=True),
+                                                                 self.read.marks_lines))
         else:
             if consistent:
                 data = data.persist()  # read again for the raw bytes of the changes it holds
             decoded = log = CL.decode(data, self.source.format, self.source.options, reduce=reduced).persist()
             records = functools.cache(lambda: data)
+            raw_records = functools.cache(lambda: CL.raw_records(data, self.read.marks_lines))
         raw: DataFrame | None = None  # resolved-ts mode: the records behind the changes, also those held before
         plan: planner.BatchPlan | None = None
         try:
             if consistent:
-                raw = records().select("topic", "partition", "offset", "key", "value")
+                raw = raw_records()
                 log, raw = self._release(records(), decoded, raw, batch, report)
             renames = self.sink.renames()
             plan = planner.plan(log, self.partition_ts, renames)
@@ -253,10 +256,13 @@ class BatchApplier:
                 self._publish_consistency(list(dict.fromkeys(run.name for run in plan.runs)), report.consistent_ts,
                                           batch)
             dead = plan.dead_letters
+            if report.failed:
+                dead = _with_headers(dead, raw_records() if raw is None else raw)
             if stopped_now:
                 # Every record behind the stopped tables' changes, also those a reduction left out.
                 every = self._unreduced(records()) if reduced else log
-                dead = dead.unionByName(self._stopped_records(records() if raw is None else raw, every, stopped_now))
+                dead = dead.unionByName(self._stopped_records(raw_records() if raw is None else raw, every,
+                                                              stopped_now), allowMissingColumns=True)
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
@@ -328,20 +334,19 @@ class BatchApplier:
             # The batch's own session: with Spark Connect this runs in the server's foreachBatch worker.
             before = records.sparkSession.createDataFrame(CL.nested(earlier), schema=log.schema)
             combined = log.unionByName(before)
-            raw = raw.unionByName(before.select("topic", "partition", "offset", CL.detail("raw_key").alias("key"),
-                                                CL.detail("raw_value").alias("value"))
-                                  .dropDuplicates(["topic", "partition", "offset"]))
+            raw = raw.unionByName(records.sparkSession.createDataFrame(_held_records(earlier), schema=raw.schema)
+                                  .dropDuplicates(COORDINATES))
         waiting = F.coalesce((F.col("status") == "event") & (F.col("kind") != "resolved")
                              & (F.col("commit_ts") > F.lit(report.consistent_ts)), F.lit(False))
         # A held change keeps its column list itself: the rows that list it by id stay with this batch.
         listed = (log.filter(F.col("status") == "layout").select("layout", CL.detail("columns").alias("_listed"))
                   .dropDuplicates(["layout"]))
         later = (CL.flat_frame(combined.filter(waiting)).drop("raw_key", "raw_value")
-                 .join(raw.withColumnRenamed("key", "raw_key").withColumnRenamed("value", "raw_value"),
-                       ["topic", "partition", "offset"], "left")
+                 .join(raw.select(*COORDINATES, *[F.col(name).alias(held) for name, held in HELD_RAW.items()]),
+                       COORDINATES, "left")
                  .join(F.broadcast(listed), "layout", "left")
                  .withColumn("columns", F.coalesce("columns", "_listed"))
-                 .select(*CL.FLAT_ARROW.names))
+                 .select(*CL.HELD_ARROW.names))
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
@@ -420,7 +425,30 @@ class BatchApplier:
         coords = coords.groupBy("topic", "partition", "offset").agg(F.first("reason").alias("reason"))
         return (records.join(coords, ["topic", "partition", "offset"])
                 .select("topic", "partition", "offset", "key", "value", F.lit(self.source.format).alias("format"),
-                        "reason"))
+                        "reason", "headers", "timestamp", "timestamp_type"))
+
+
+COORDINATES = ["topic", "partition", "offset"]
+# A record's columns (as CL.raw_records gives them) and the held changes' columns that keep them.
+HELD_RAW = {"key": "raw_key", "value": "raw_value", "headers": "raw_headers", "timestamp": "raw_timestamp",
+            "timestamp_type": "raw_timestamp_type"}
+
+
+def _with_headers(dead: DataFrame, raw: DataFrame) -> DataFrame:
+    """Dead letters of the decoder with their records' headers, timestamp and its type (``raw``: the records, as
+    CL.raw_records gives them): the changelog carries only their keys and values."""
+    meta = (raw.drop("key", "value").join(dead.select(*COORDINATES).distinct(), COORDINATES, "left_semi")
+            .dropDuplicates(COORDINATES))
+    return dead.join(meta, COORDINATES, "left")
+
+
+def _held_records(held: pa.Table) -> pa.Table:
+    """The records behind held changes, as CL.raw_records gives them (a snapshot held by an earlier cdclake lacks
+    their headers and timestamps)."""
+    columns = [held[name] for name in COORDINATES] + [
+        held[kept].cast(CL.HELD_ARROW.field(kept).type) if kept in held.column_names
+        else pa.nulls(held.num_rows, CL.HELD_ARROW.field(kept).type) for kept in HELD_RAW.values()]
+    return pa.table(columns, names=[*COORDINATES, *HELD_RAW])
 
 
 def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName, list[list[int]]]:
@@ -914,6 +942,11 @@ class SourceRead:
     target: Any = None
 
     @property
+    def marks_lines(self) -> bool:
+        """Whether its records carry the captured-records reader's mark of a line it could not read."""
+        return self.data_source == "cdclake-files"
+
+    @property
     def decodes(self) -> bool:
         # resolved-ts mode keeps every record of a batch at hand, for the raw bytes of the changes it holds.
         return self.data_source in DECODING_SOURCES and self.source.consistency != "resolved-ts"
@@ -923,7 +956,10 @@ class SourceRead:
         options = dict(self.options)
         if self.decodes:
             formats.create(self.source.format, self.source.options)  # fail fast on the driver for a bad option
-            options.update(decode=self.source.format, decodeOptions=json.dumps(self.source.options), reduce="true")
+            # The format's options (a registry's credentials, say) reach the source held by it, not as its options.
+            options.update(decode=self.source.format, decodeOptions=seal(json.dumps(self.source.options)),
+                           reduce="true")
+            register(spark)
         try:
             return spark.readStream.format(self.data_source).options(**options).load()
         except AnalysisException as exc:
@@ -935,11 +971,15 @@ class SourceRead:
                     f"{spark.version}\"); it is not there. Use connector = \"cdclake\", which needs no jar.") from None
             raise
 
-    def records(self, changelog: DataFrame) -> DataFrame:
+    def records(self, changelog: DataFrame, headers: bool = False) -> DataFrame:
         """The records behind a changelog this source decoded, read again (in the changelog's own session: with
-        Spark Connect, the server's foreachBatch worker)."""
+        Spark Connect, the server's foreachBatch worker); from Kafka with their headers only ``headers`` (for
+        dead letters: a format that does not read them would take a producer's header named as the
+        captured-records reader marks a line it could not read for that mark)."""
         inputs = [r[0] for r in changelog.filter(F.col("status") == CL.INPUT).select(CL.detail(CL.INPUT)).collect()]
-        return reread(changelog.sparkSession, self.data_source, self.options, inputs)
+        options = {**self.options, "includeHeaders": "true"} if headers and "kafka" in self.data_source else (
+            self.options)
+        return reread(changelog.sparkSession, self.data_source, options, inputs)
 
 
 # Set while a run asks Kafka where to start, before any batch: a signal then ends the run at once (see _stop_on_signal).

@@ -142,7 +142,7 @@ def render(state: dict[str, Any]) -> str:
 def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = None,
                  format_name: str | None = None, with_bytes: bool = False) -> pa.Table:
     """The lake's dead letters that match (``reason``: a part of it; ``pipeline``: its name, or name.source), in the
-    order they were recorded; their keys and values only ``with_bytes`` (they may be large, and many)."""
+    order they were recorded; their keys, values and headers only ``with_bytes`` (they may be large, and many)."""
     table = _open(os.path.join(lake, "_cdclake", "dead_letters"))
     if table is None:
         return DEAD_LETTERS.empty_table()
@@ -153,8 +153,12 @@ def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = No
         where = where & (pc.field("format") == format_name)
     if reason is not None:
         where = where & pc.match_substring(pc.field("reason"), reason)
-    columns = None if with_bytes else [name for name in DEAD_LETTERS.names if name not in ("key", "value")]
-    return read_dataset(table, columns, where).sort_by(
+    wanted = [f for f in DEAD_LETTERS if with_bytes or f.name not in ("key", "value", "headers")]
+    present = set(pa.schema(table.schema().to_arrow()).names)  # a lake of an earlier cdclake lacks the newer columns
+    read = read_dataset(table, [f.name for f in wanted if f.name in present], where)
+    read = pa.table([read[f.name] if f.name in present else pa.nulls(read.num_rows, f.type) for f in wanted],
+                    names=[f.name for f in wanted])
+    return read.sort_by(
         [(name, "ascending") for name in ("recorded_at", "pipeline", "batch", "topic", "partition", "offset")])
 
 
@@ -168,6 +172,9 @@ def dead_letter_lines(dead: pa.Table) -> list[str]:
 def dead_letter_records(dead: pa.Table) -> list[Record]:
     """The dead letters as the records they were, where they were read: a captured-records file of them is input
     that ``cdclake run`` reads again."""
+    millis = pc.divide(dead["timestamp"].cast(pa.int64()), 1000).to_pylist()  # Kafka's are ms, Spark's us
     return [Record(key=row["key"], value=row["value"], topic=row["topic"] or "", partition=row["partition"] or 0,
-                   offset=row["offset"] or 0)
-            for row in dead.select(["key", "value", "topic", "partition", "offset"]).to_pylist()]
+                   offset=row["offset"] or 0, timestamp=ms,
+                   headers=[(h["key"], h["value"]) for h in row["headers"] or []])
+            for row, ms in zip(dead.select(["key", "value", "topic", "partition", "offset", "headers"]).to_pylist(),
+                               millis, strict=True)]

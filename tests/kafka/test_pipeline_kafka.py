@@ -18,7 +18,7 @@ from cdclake import confluent, formats, pipeline, workload
 from cdclake.cli import app
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.lakecheck import differences as lake_differences
-from cdclake.records import Record
+from cdclake.records import Record, read_file
 from cdclake.sources.files import UNREADABLE_HEADER
 from tests.lake import lake_rows
 from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
@@ -267,3 +267,23 @@ def test_a_message_with_a_header_named_as_the_file_reader_marks_a_line_is_applie
     assert summary.total("records") == len(generated.records) and summary.total("dead_letters") == 0
     problems = lake_differences(str(tmp_path / "lake"), generated.expected, generated.key_names)
     assert not problems, "\n".join(problems)
+
+
+def test_dead_letters_of_kafka_keep_the_headers_and_timestamps_for_a_replay(spark, broker, tmp_path):
+    """Read by cdclake's connector, which reads headers only for a format that decodes them: a dead letter's record
+    is read again with them (but a header named as the file reader marks a line, which the connector drops)."""
+    topic = broker.topic(1, "dead")
+    sent = [Record(value=b'{"truncated": ' + b"%d" % i, key=b"k%d" % i, topic=topic, offset=i,
+                   timestamp=1_700_000_000_000 + i,
+                   headers=[("h", b"\x00%d" % i), (UNREADABLE_HEADER, None), ("h", b"")]) for i in range(3)]
+    broker.publish(sent)
+    summary = pipeline.run(_kafka_config(tmp_path / "lake", broker, "canal-json", [topic], {}), spark=spark)
+    assert summary.total("dead_letters") == 3
+    out = tmp_path / "dead.jsonl"
+    written = CliRunner().invoke(app, ["dead-letters", str(tmp_path / "lake"), "--limit", "0", "--write", str(out)])
+    assert written.exit_code == 0, written.output
+    for record in sent:
+        record.headers = [h for h in record.headers if h[0] != UNREADABLE_HEADER]
+    assert sorted((line.record for line in read_file(out)), key=lambda r: r.offset) == sent
+    kinds = DeltaTable(str(tmp_path / "lake" / "_cdclake" / "dead_letters")).to_pyarrow_table()["timestamp_type"]
+    assert kinds.to_pylist() == [0, 0, 0]  # CreateTime, as the producer set them

@@ -141,12 +141,18 @@ def test_no_half_applied_transaction_with_partitions_read_unevenly(spark, tmp_pa
 
 def test_held_changes_survive_a_restart(spark, tmp_path):
     changes, records, states = _simulate("ticdc-open", {}, seed=9)
+    for r in records:  # a held change keeps them, for the dead letter it may become
+        r.headers, r.timestamp = [("h", b"%d:%d" % (r.partition, r.offset)), ("h", None)], 1_700_000_000_000 + r.offset
     data, lake = tmp_path / "data", tmp_path / "lake"
     total = _write_uneven(records, data, 0, 0)
     _write_uneven(records, data, 0, total // 2)
     watcher = Watcher(lake, states)
     pipeline.run(_config(lake, data, "ticdc-open", {}), watcher, spark)
     assert watcher.held[-1] > 0, "the first run must end with changes held for later"
+    held = DeltaTable(str(lake / "_cdclake" / "held")).to_pyarrow_table().to_pylist()
+    assert held and all(h["raw_headers"] == [{"key": "h", "value": b"%d:%d" % (h["partition"], h["offset"])},
+                                             {"key": "h", "value": None}]
+                        and h["raw_timestamp"].timestamp() == 1_700_000_000 + h["offset"] / 1000 for h in held)
     first_run = list(watcher.consistent)
 
     _write_uneven(records, data, total // 2, None)  # the rest arrives; a new run (a restart) takes over

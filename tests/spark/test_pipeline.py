@@ -903,7 +903,11 @@ def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_
     later = [ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO balance, RENAME COLUMN balance TO name"),
              *[change(UPDATE, 21 + v, 1, version=v + 1, before_version=v) for v in range(3)],
              change(INSERT, 30, 2, table="audit")]
-    write_records(tmp_path / "in" / "2.jsonl", records(later, start_offset=2))
+    later_records = records(later, start_offset=2)
+    for record in later_records:  # a dead letter keeps them, for its replay
+        record.headers = [("h", b"\x00%d" % record.offset), ("h", None)]
+        record.timestamp = 1_700_000_000_000 + record.offset
+    write_records(tmp_path / "in" / "2.jsonl", later_records)
     summary = run(spark, tmp_path / "in", tmp_path / "lake")
     (stopped,) = [b.stopped for b in summary.batches if b.stopped]
     assert stopped["shop.users"] == ("renaming column name to balance in the statement that also renames or drops "
@@ -914,6 +918,9 @@ def test_a_table_that_cannot_go_on_stops_alone_and_every_record_of_it_is_a_dead_
     dead = DeltaTable(str(lake / "_cdclake" / "dead_letters")).to_pyarrow_table().to_pylist()
     assert sorted(d["offset"] for d in dead) == [2, 3, 4, 5]
     assert all("table shop.users stopped" in d["reason"] for d in dead)
+    assert sorted((d["offset"], d["headers"], d["timestamp"].timestamp()) for d in dead) == [
+        (o, [{"key": "h", "value": b"\x00%d" % o}, {"key": "h", "value": None}], 1_700_000_000 + o / 1000)
+        for o in (2, 3, 4, 5)]
     assert summary.stopped == stopped
     # It stays stopped, also past a batch that did not read it: a later batch's changes of it are dead letters too.
     write_records(tmp_path / "in" / "3.jsonl", records([change(INSERT, 35, 3, table="audit")], start_offset=6))

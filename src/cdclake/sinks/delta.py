@@ -5,8 +5,8 @@ Lake layout (a contract):
 - ``<lake>/<database>/<table>``: the current state of each source table — typed columns plus the
   bookkeeping columns ``_cdc_key`` (the row's key as canonical JSON), ``_cdc_seq`` (the source sequence
   of the change that wrote it), ``_cdc_commit_ts``, ``_cdc_position``, ``_cdc_ts_ms``.
-- ``<lake>/_cdclake/dead_letters``: every record that could not be applied, with raw key/value, Kafka
-  coordinates, format and reason.
+- ``<lake>/_cdclake/dead_letters``: every record that could not be applied, with raw key/value, headers (in
+  order, duplicates kept) and timestamp, Kafka coordinates, format and reason.
 - ``<lake>/_cdclake/tombstones``: the keys deleted recently and the sequence of their delete, so that a
   late, older insert or update cannot bring a row back; kept for ``tombstone_retention_hours``.
 - ``<lake>/_cdclake/progress``: one row per applied batch (counts, offsets, last sequence per table,
@@ -60,6 +60,9 @@ DEAD_LETTERS = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()),
     ("value", pa.binary()), ("format", pa.string()), ("reason", pa.string()), ("pipeline", pa.string()),
     ("batch", pa.int64()), ("recorded_at", pa.timestamp("us", tz="UTC")),
+    # Added after the columns above: a lake of an earlier cdclake gains them at its next dead letter (null before).
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestamp_type", pa.int32()),
 ])
 TOMBSTONES = pa.schema([
     ("database", pa.string()), ("table", pa.string()), ("_cdc_key", pa.string()), ("_cdc_seq", pa.string()),
@@ -511,7 +514,9 @@ class DeltaSink:  # implements sinks.base.Sink
         rows = rows.append_column("pipeline", pa.array([self.pipeline] * rows.num_rows, pa.string()))
         rows = rows.append_column("batch", pa.array([batch] * rows.num_rows, pa.int64()))
         rows = rows.append_column("recorded_at", pa.array([_now()] * rows.num_rows, pa.timestamp("us", tz="UTC")))
-        write_deltalake(target, rows.select(DEAD_LETTERS.names).cast(DEAD_LETTERS), mode="append",
+        rows = pa.table([rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                         for f in DEAD_LETTERS], names=DEAD_LETTERS.names)
+        write_deltalake(target, rows.cast(DEAD_LETTERS), mode="append", schema_mode="merge",
                         storage_options=self.storage_options, commit_properties=self._commit(version))
         return rows.num_rows
 

@@ -84,6 +84,10 @@ CHANGELOG_ARROW = pa.schema([
 # The changelog with its details as columns of their own, as held changes are kept in the lake.
 FLAT_ARROW = pa.schema([*CHANGELOG_ARROW.remove(CHANGELOG_ARROW.get_field_index(DETAIL)), *DETAIL_ARROW])
 CHANGELOG_SCHEMA = from_arrow_schema(CHANGELOG_ARROW)
+HEADERS_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+# What a held change keeps of its record beside its key and value, for the dead letter it may become.
+HELD_ARROW = pa.schema([*FLAT_ARROW, ("raw_headers", HEADERS_ARROW), ("raw_timestamp", pa.timestamp("us", tz="UTC")),
+                        ("raw_timestamp_type", pa.int32())])
 
 
 def _keep_freed_memory() -> None:
@@ -731,6 +735,22 @@ def load_python_workers(spark: SparkSession, in_use: Iterable[tuple[str, dict[st
     loaded = tuple((name, tuple(sorted(options.items()))) for name, options in in_use)
     spark.range(slots, numPartitions=slots).mapInArrow(functools.partial(_load_in_worker, in_use=loaded),
                                                        "id long").collect()
+
+
+def raw_records(records: DataFrame, marked: bool = False) -> DataFrame:
+    """Each record as a dead letter keeps it: coordinates, key, value, headers (in order, duplicates kept), timestamp
+    and its type; null where the records lack them (Kafka's read without headers). ``marked``: records of the
+    captured-records reader, whose mark of a line it could not read is no header of the record (a replay would fail
+    on it again)."""
+    headers: Any = F.col("headers")
+    if "headers" not in records.columns:
+        headers = F.lit(None).cast("array<struct<key:string,value:binary>>")
+    elif marked:
+        headers = F.filter("headers", lambda header: header["key"] != F.lit(UNREADABLE_HEADER))
+    timestamp = F.col("timestamp") if "timestamp" in records.columns else F.lit(None).cast("timestamp")
+    kind = F.col("timestampType") if "timestampType" in records.columns else F.lit(None).cast("int")
+    return records.select("topic", "partition", "offset", "key", "value", headers.alias("headers"),
+                          timestamp.alias("timestamp"), kind.alias("timestamp_type"))
 
 
 def decoder_input(records: DataFrame, headers: bool = False) -> DataFrame:

@@ -12,8 +12,9 @@ import itertools
 import json
 import logging
 import os
+import secrets
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -63,6 +64,34 @@ class Decoding(NamedTuple):
 
 
 DECODING_OPTIONS = ("decode", "decodeOptions", "reduce")
+SEALED = "sealed:"
+# On the driver: the texts sealed so far, by their opaque ids (see seal).
+_sealed: dict[str, str] = {}
+
+
+def seal(text: str) -> str:
+    """An opaque id to pass as option ``decodeOptions`` instead of ``text``, which the data sources :func:`register`
+    makes hold: Spark shows a data source's options in its plans (``df.explain``, the UI), where a registry's
+    credentials must not appear. The registered class crosses to the executors pickled, as bytes no plan shows."""
+    sealed = next((ref for ref, known in _sealed.items() if known == text), None)
+    if sealed is None:
+        sealed = SEALED + secrets.token_hex(16)
+        _sealed[sealed] = text
+    return sealed
+
+
+class _Sealing(DataSource):
+    """A data source whose option ``decodeOptions`` may name a text it holds (see :func:`seal`)."""
+
+    sealed: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        held = self.options.get("decodeOptions") or ""
+        if held.startswith(SEALED):
+            if held not in self.sealed:
+                raise ValueError("option decodeOptions names options this session's cdclake sources do not hold")
+            self.options["decodeOptions"] = self.sealed[held]
 
 
 def _schema(options: Any, records: str) -> StructType | str:
@@ -137,7 +166,7 @@ def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min
     return tasks
 
 
-class FilesDataSource(DataSource):
+class FilesDataSource(_Sealing):
     """``spark.read[Stream].format("cdclake-files").option("path", DIR)``; options ``maxRecordsPerBatch``
     (lines per micro-batch), ``minPartitions`` (at least this many tasks per batch where files are long
     enough: a file's lines are read by several tasks at once) and those of :class:`Decoding`."""
@@ -271,7 +300,7 @@ class _KafkaRange(InputPartition):
         self.range = rng
 
 
-class KafkaDataSource(DataSource):
+class KafkaDataSource(_Sealing):
     """``spark.read[Stream].format("cdclake-kafka")``: Spark's Kafka source read with confluent-kafka in the
     executors, no jar needed. Same options (see :class:`cdclake.sources.kafka.SourceOptions`) and columns as
     ``format("kafka")``, so switching between the two is a change of the format name; plus those of
@@ -402,5 +431,7 @@ DECODING_SOURCES = (FilesDataSource.name(), KafkaDataSource.name())
 
 
 def register(spark: SparkSession) -> None:
-    spark.dataSource.register(FilesDataSource)
-    spark.dataSource.register(KafkaDataSource)
+    """Registers cdclake's data sources, holding the texts sealed so far (see :func:`seal`)."""
+    for source in (FilesDataSource, KafkaDataSource):
+        # Made here, the class is pickled with what it holds (a class of a module is pickled by its name).
+        spark.dataSource.register(type(source.__name__, (source,), {"sealed": dict(_sealed)}))
