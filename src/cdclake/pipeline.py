@@ -249,9 +249,11 @@ class BatchApplier:
             report.apply_seconds = time.monotonic() - started - report.plan_seconds
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
+            failpoint("after-tombstones")
             if consistent:
                 self._publish_consistency(list(dict.fromkeys(run.name for run in plan.runs)), report.consistent_ts,
                                           batch)
+                failpoint("after-consistency")
             dead = plan.dead_letters
             if stopped_now:
                 # Every record behind the stopped tables' changes, also those a reduction left out.
@@ -260,6 +262,7 @@ class BatchApplier:
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
+            failpoint("after-dead-letters")
             report.stopped = {f"{d}.{t}": why for (d, t), why in stopped_now.items()}
             report.seconds = time.monotonic() - started
             self.partition_ts = plan.partition_ts
@@ -274,10 +277,12 @@ class BatchApplier:
                 "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
                 "held_batch": batch if report.held else None, "held": report.held,
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
+            failpoint("after-progress")
             if consistent:
                 self.held_batch = batch if report.held else None
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
+                failpoint("after-forget-held")
             compacted = self.sink.compact_own_tables()
             if compacted:
                 logger.info("batch %d of %s: compacted the lake's own tables %s", batch, self.source.name,
@@ -345,6 +350,7 @@ class BatchApplier:
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
+        failpoint("after-hold")
         return combined.filter(~waiting), raw
 
     def _publish_consistency(self, tables: list[tuple[str, str]], commit_ts: int | None, batch: int) -> None:
@@ -354,6 +360,7 @@ class BatchApplier:
             return
         for database, table in sorted(self.written):
             if f"{database}.{table}" not in self.stopped:
+                failpoint("before-consistency")
                 self.sink.publish_consistency(database, table, commit_ts, batch * STEPS_PER_BATCH + 997)
 
     def _apply_step(self, name: tuple[str, str], step: planner.Step, versions: list[int], report: BatchReport,
@@ -470,18 +477,26 @@ def one_batch_at_a_time(lake: str) -> Iterator[None]:
 
 
 def _base_version(checkpoint: str, sink: Sink) -> int:
-    """Batch ids restart at 0 with a new checkpoint; lake versions must only grow, so a new checkpoint
-    starts after the last batch the lake has seen."""
+    """The lake version of the checkpoint's batch 0. Batch ids restart at 0 with a new checkpoint (or one whose Spark
+    part logged no batch: deleted, or killed before its first); lake versions must only grow, so such a checkpoint
+    starts above every batch that committed anything to the lake, also one a crash cut short (see
+    :meth:`~cdclake.sinks.delta.DeltaSink.last_marked_batch`)."""
     marker = os.path.join(checkpoint, "cdclake.json")
-    if os.path.exists(marker):
+    if os.path.exists(marker) and not _new_checkpoint(checkpoint):
         with open(marker) as handle:
             return int(json.load(handle)["base_version"])
-    last = sink.last_batch()
+    last = sink.last_marked_batch()
     base = 0 if last is None else last + 1
     os.makedirs(checkpoint, exist_ok=True)
     with open(marker, "w") as handle:
         json.dump({"base_version": base}, handle)
     return base
+
+
+def _new_checkpoint(checkpoint: str) -> bool:
+    """Whether Spark's checkpoint of a source has logged no batch: its query starts reading from the input's start."""
+    offsets = os.path.join(checkpoint, "spark", "offsets")
+    return not os.path.isdir(offsets) or not any(name.isdigit() for name in os.listdir(offsets))
 
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
@@ -576,10 +591,11 @@ def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfi
     partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
     # With Spark Connect the batches run in the server's foreachBatch worker: their reports come back
     # through the lake's progress table instead.
+    new = _new_checkpoint(checkpoint)
     base = _base_version(checkpoint, sink)
     last = sink.last_batch()
     reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) if is_connect(spark) else None
-    read = source_read(spark, source, config, sink)
+    read = source_read(spark, source, config, sink, new)
     applier = BatchApplier(spark, read, sink, base, None if reports else progress, partitions,
                            min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600), stop)
     return _SourceRun(applier, checkpoint, reports)
@@ -952,7 +968,12 @@ def _asking_kafka() -> Iterator[None]:
         _waiting_for_kafka.clear()
 
 
-def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
+def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink,
+                new_checkpoint: bool = False) -> SourceRead:
+    """How the source is read. A Kafka source starts where the lake says it stopped (see :func:`_kafka_read`). A
+    files source with a new checkpoint reads its input from the start, and skips the records the lake's committed
+    batches read (their progress rows' offsets, per topic and partition): a changed batch size or input, or a
+    checkpoint deleted after a crash, then neither loses nor repeats a change."""
     if source.kafka is not None:
         with _asking_kafka():
             return _kafka_read(source, config, sink)
@@ -964,9 +985,14 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     tasks = str(task_slots(spark))
     # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _start_query).
     # Absolute: Spark's Python processes need not share this one's working directory (a session made elsewhere).
-    return SourceRead(source, "cdclake-files", {
-        "path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
-        "minPartitions": tasks, "follow": "true" if config.follow else "false"})
+    options = {"path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
+               "minPartitions": tasks, "follow": "true" if config.follow else "false"}
+    applied = sink.history().offsets if new_checkpoint else {}
+    if applied:
+        logger.info("source %s: a new checkpoint; the records of %d partition(s) up to where the lake's batches read "
+                    "them are skipped", source.name, len(applied))
+        options["applied"] = json.dumps(applied, sort_keys=True)
+    return SourceRead(source, "cdclake-files", options)
 
 
 def _kafka_partitions(client: kafka.KafkaClient, source: SourceConfig, config: PipelineConfig) -> list[tuple[str, int]]:

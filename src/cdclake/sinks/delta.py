@@ -201,6 +201,17 @@ class DeltaSink:  # implements sinks.base.Sink
         committed = table.transaction_version(self.app_id)
         return None if committed is None else committed // STEPS_PER_BATCH
 
+    def last_marked_batch(self) -> int | None:
+        """The last batch that committed anything to the lake: its progress row or, where a crash cut it short, a
+        step on any table or on the lake's own tables (their app-transaction markers). A new checkpoint numbers its
+        batches above it: reusing the number of a half-applied batch for other records would skip them on the
+        tables it had marked. Opens every table of the lake; of a lake on object storage, only the lake's own."""
+        uris = [self.internal_uri(name) for name in INTERNAL_TABLES]
+        uris += [self.table_uri(database, table) for database, table in self.tables()]
+        marks = [version for uri in uris if (table := self._open(uri)) is not None
+                 and (version := table.transaction_version(self.app_id)) is not None]
+        return max(marks) // STEPS_PER_BATCH if marks else None
+
     def history(self) -> History:
         """Where this pipeline stands, by its progress rows (see :func:`read_history`)."""
         table = self._open(self.internal_uri("progress"))
