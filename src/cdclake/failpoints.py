@@ -1,6 +1,8 @@
 """Named points where ``cdclake run`` crashes on request: how the tests prove that a batch killed at any moment is
 applied exactly once on the next run. ``CDCLAKE_FAILPOINT=name`` crashes at the point's first hit in the process,
-``name:N`` at its Nth (a point such as ``after-merge`` is hit once per table step of a batch)."""
+``name:N`` at its Nth (a point such as ``after-merge`` is hit once per table step of a batch).
+``CDCLAKE_FAILPOINT_LOG=FILE`` appends the name of every point passed to FILE: how the crash tests learn how many
+hits of each point a run makes."""
 
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ def wanted() -> tuple[str, int] | None:
 
 def failpoint(name: str) -> None:
     """Crash here, hard, at the hit of this point that ``CDCLAKE_FAILPOINT`` names."""
+    log = os.environ.get("CDCLAKE_FAILPOINT_LOG")
+    if log:
+        with _counting, open(log, "a") as passed:
+            passed.write(name + "\n")
     target = wanted()
     if target is None or target[0] != name:
         return

@@ -46,7 +46,7 @@ from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session, is_connect, private_directory, task_slots
 from cdclake.spark.sources import DECODING_SOURCES, register, reread
-from cdclake.types import parse_type
+from cdclake.types import InvalidType, parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
 
@@ -239,13 +239,20 @@ class BatchApplier:
                     if self._renamed_before(name, steps[-1], commits[-1]):
                         continue  # its changes, collected ahead, are dropped when a later step's are asked for
                     try:
+                        check_version_space(name, commits, batch)
                         for s, step_commits in zip(steps, commits, strict=True):
                             failpoint("before-merge")
                             self._apply_step(name, s, step_commits, report, tombstones, changes)
                             failpoint("after-merge")
-                    except TableStopped as exc:
-                        stopped_now[name] = str(exc)
-                        self.stopped[label] = str(exc)
+                    except Exception as exc:
+                        reason = table_failure(exc)
+                        if reason is None:
+                            raise
+                        if not isinstance(exc, TableStopped):
+                            logger.warning("batch %d of %s: table %s stopped: %s", batch, self.source.name, label,
+                                           reason, exc_info=exc)
+                        stopped_now[name] = reason
+                        self.stopped[label] = reason
             report.apply_seconds = time.monotonic() - started - report.plan_seconds
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
@@ -450,11 +457,42 @@ def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName
                     target = (action.database or name[0], action.table)
                     used[target] = max(used.get(target, 0), count)
             used[name] = max(used.get(name, 0), start + len(actions))
-        if used.get(name, 0) > delta.TABLE_STEPS:
-            raise RuntimeError(f"batch {batch} makes {used[name]} commits to table {name[0]}.{name[1]} (its segments "
-                               f"and DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
-                               f"source's max_records_per_batch")
     return versions
+
+
+def check_version_space(name: planner.TableName, commits: list[list[int]], batch: int) -> None:
+    """Stops a table whose commits in this batch (see :func:`step_versions`) outnumber the versions a batch has for
+    one table: the next batch's would take them, and skip its own steps on the table as committed."""
+    made = max((version for step in commits for version in step), default=0) - batch * STEPS_PER_BATCH
+    if made > delta.TABLE_STEPS:
+        raise TableStopped(f"batch {batch} makes {made} commits to table {name[0]}.{name[1]} (its segments and DDL "
+                           f"clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the source's "
+                           f"max_records_per_batch")
+
+
+# Failures of the machine or the whole lake that a table's step may meet: they fail the batch (the next run applies
+# it again) rather than stop the table. Spark's own failures come back as text.
+_NOT_THE_TABLE = re.compile(r"OutOfMemoryError|SparkContext (?:was )?shut down|Py4JNetworkError|Connection refused"
+                            r"|Answer from Java side is empty")
+
+
+def table_failure(failure: Exception) -> str | None:
+    """The reason to stop a table whose step raised ``failure``; None where the failure is not the table's and
+    fails the batch. A table's own are its change that cannot be applied safely (:class:`TableStopped`), a type
+    the lake cannot make (:class:`~cdclake.types.InvalidType`), and whatever else its step raised: a schema that
+    delta-rs refuses, a value that does not convert, an unexpected error of the writer. Not the table's: a
+    stop the run asked for (:class:`StopRequested`; interrupts and exits are not caught at all), memory running
+    out, the lake's storage failing (an ``OSError``, a file the machine refused to write), the lake's own
+    tables failing (:class:`~cdclake.sinks.delta.LakeError`) and Spark or its JVM going away."""
+    if isinstance(failure, TableStopped | InvalidType):
+        return str(failure)
+    if isinstance(failure, StopRequested | MemoryError | OSError | delta.LakeError):
+        return None
+    text = str(failure)
+    if file_system_problem(failure) is not None or _NOT_THE_TABLE.search(text):
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(failure).__name__}: {first[:500]}"
 
 
 @contextlib.contextmanager

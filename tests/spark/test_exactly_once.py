@@ -16,8 +16,11 @@ import pytest
 from deltalake import DeltaTable
 
 from cdclake import workload
+from cdclake.events import INSERT, TRUNCATE, Column
 from cdclake.lakecheck import differences
 from cdclake.records import write_records
+from tests.lake import lake_rows
+from tests.spark.test_pipeline import COLUMNS, change, ddl, records
 
 pytestmark = pytest.mark.spark
 
@@ -34,10 +37,10 @@ def _workload(seed: int = 5, changes: int = 700) -> tuple[list, dict, dict]:
     return records, db.expected(), db.key_names()
 
 
-def _run(data: Path, lake: Path, batch: int, checkpoint: Path | None = None,
-         failpoint: str | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--option", "flavour=tidb",
-               "--input", str(data), "--lake", str(lake), "--max-records-per-batch", str(batch)]
+def _run(data: Path, lake: Path, batch: int, checkpoint: Path | None = None, failpoint: str | None = None,
+         options: tuple[str, ...] = ("--option", "flavour=tidb")) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "cdclake", "run", "--format", "canal-json", *options, "--input", str(data),
+               "--lake", str(lake), "--max-records-per-batch", str(batch)]
     if checkpoint is not None:
         command += ["--checkpoint", str(checkpoint)]
     env = {name: value for name, value in os.environ.items() if name != "CDCLAKE_FAILPOINT"}
@@ -75,3 +78,35 @@ def test_a_restart_after_a_crash_mid_batch_applies_every_change_once(tmp_path, r
     progress = DeltaTable(str(lake / "_cdclake" / "progress")).to_pyarrow_table().to_pylist()
     assert len({p["batch"] for p in progress}) == len(progress)
     assert sum(p["records"] for p in progress) == len(records)  # each record read by one committed batch
+
+
+def test_ddl_applied_before_a_crash_is_harmless_when_its_batch_is_replayed_under_a_new_version(tmp_path):
+    """The batch is applied whole but for its progress row, then the checkpoint is lost: the restart applies every
+    step again under a new batch number, which no marker skips. ADD COLUMN finds its column, RENAME COLUMN its new
+    name, a TRUNCATE replayed after the newer inserts keeps them, and RENAME TABLE is known by its statement."""
+    narrow = [c for c in COLUMNS if c.name != "name"] + [Column("title", "varchar(64)"),
+                                                         Column("email", "varchar(128)")]
+    events = [change(INSERT, 10, 1), change(INSERT, 11, 2),
+              ddl(12, "ALTER TABLE shop.users ADD COLUMN email varchar(128)"),
+              change(INSERT, 13, 1, table="orders"), change(INSERT, 14, 2, table="orders"),
+              ddl(15, "ALTER TABLE shop.orders ADD COLUMN email varchar(128), RENAME COLUMN name TO title",
+                  table="orders"),
+              ddl(16, "TRUNCATE TABLE shop.orders", table="orders", kind=TRUNCATE),
+              change(INSERT, 17, 3, table="orders", columns=narrow),
+              ddl(18, "RENAME TABLE shop.users TO shop.people"), change(INSERT, 19, 3, table="people")]
+    data, lake = tmp_path / "in", tmp_path / "lake"
+    data.mkdir()
+    write_records(data / "1.jsonl", records(events))
+    crashed = _run(data, lake, 0, failpoint="before-dead-letters", options=())
+    assert crashed.returncode == 86, crashed.stderr.decode()[-2000:]
+    shutil.rmtree(lake / "_cdclake" / "checkpoints")
+    finished = _run(data, lake, 0, options=())
+    assert finished.returncode == 0, finished.stderr.decode()[-2000:]
+    people = lake_rows(str(lake), "shop", "people")
+    assert sorted(people) == ["[1]", "[2]", "[3]"] and people["[1]"]["name"] == "user 1 v0"
+    assert not (lake / "shop" / "users").exists()
+    orders = lake_rows(str(lake), "shop", "orders")
+    assert sorted(orders) == ["[3]"]
+    assert "name" not in orders["[3]"] and orders["[3]"]["title"] is None and orders["[3]"]["email"] is None
+    progress = DeltaTable(str(lake / "_cdclake" / "progress")).to_pyarrow_table().to_pylist()
+    assert [p["records"] for p in progress] == [len(events)]

@@ -108,6 +108,11 @@ class TableStopped(Exception):
     """A change that cannot be applied safely; the pipeline stops this table and keeps the others."""
 
 
+class LakeError(Exception):
+    """A failure of the lake's own tables, which every table's step reads: it fails the batch, whichever table's
+    step met it (see :func:`cdclake.pipeline.table_failure`)."""
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -404,12 +409,17 @@ class DeltaSink:  # implements sinks.base.Sink
         so the read grows with the batch rather than with all the deletes of the retention horizon (3,000,000
         tombstones: 0.7-1.3 s a table a batch read whole). The bound is the oldest sequence's commit ts (its
         first 20 characters), which no truncation of a string statistic cuts into."""
-        tombs = self._tombstones()
-        if tombs is None or changes.num_rows == 0:
+        if changes.num_rows == 0:
             return changes
-        oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
-        candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"],
-                                  self._lineage(database, table) & (pc.field("_cdc_seq") >= oldest))
+        try:
+            tombs = self._tombstones()
+            if tombs is None:
+                return changes
+            oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
+            candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"],
+                                      self._lineage(database, table) & (pc.field("_cdc_seq") >= oldest))
+        except Exception as exc:
+            raise LakeError(f"reading the lake's tombstones: {exc}") from exc
         if candidates.num_rows == 0:
             return changes
         whole = candidates.filter(pc.equal(candidates["_cdc_key"], TABLE_TOMBSTONE))
@@ -650,10 +660,12 @@ class DeltaSink:  # implements sinks.base.Sink
         """Whether this rename was applied: the lake's journal of renames says so, or the move was the last thing
         done before a crash (the table is gone, and the commit that marked it is its target's latest). Later
         steps may move the target again or give its name to another table, so the journal says it, not the
-        names."""
+        names. The journal knows a rename by its version, or by its statement's sequence: a batch replayed under
+        another version (its checkpoint lost, see :meth:`last_marked_batch`) applies the same statement again."""
         journal = self._open(self.internal_uri("renames"))
         if journal is not None and read_dataset(journal, ["version"], (
-                (pc.field("pipeline") == self.pipeline) & (pc.field("version") == version)
+                (pc.field("pipeline") == self.pipeline)
+                & ((pc.field("version") == version) | (pc.field("seq") == seq))
                 & (pc.field("database") == database) & (pc.field("table") == table))).num_rows:
             return True
         moved = self._open(self.table_uri(action.database or database, action.table))
