@@ -660,12 +660,10 @@ class DeltaSink:  # implements sinks.base.Sink
         """Whether this rename was applied: the lake's journal of renames says so, or the move was the last thing
         done before a crash (the table is gone, and the commit that marked it is its target's latest). Later
         steps may move the target again or give its name to another table, so the journal says it, not the
-        names. The journal knows a rename by its version, or by its statement's sequence: a batch replayed under
-        another version (its checkpoint lost, see :meth:`last_marked_batch`) applies the same statement again."""
+        names."""
         journal = self._open(self.internal_uri("renames"))
         if journal is not None and read_dataset(journal, ["version"], (
-                (pc.field("pipeline") == self.pipeline)
-                & ((pc.field("version") == version) | (pc.field("seq") == seq))
+                (pc.field("pipeline") == self.pipeline) & (pc.field("version") == version)
                 & (pc.field("database") == database) & (pc.field("table") == table))).num_rows:
             return True
         moved = self._open(self.table_uri(action.database or database, action.table))
