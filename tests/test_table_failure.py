@@ -27,6 +27,7 @@ def test_a_failure_of_the_tables_own_stops_the_table_with_its_reason(failure, re
     StopRequested("batch 3: for the next run"), MemoryError(), OSError("Generic LocalFileSystem error"),
     PermissionError("/lake/shop/t: Permission denied"), ConnectionRefusedError(), TimeoutError(),
     LakeError("reading the lake's tombstones: no such file"),
+    RuntimeError("Traceback …\ncdclake.confluent.RegistryError: schema registry http://r could not be reached\n"),
     RuntimeError("Generic error: /lake/shop/t/part-1.parquet (Read-only file system)"),
     RuntimeError("An error occurred while calling o123.collect: java.lang.OutOfMemoryError: Java heap space"),
     RuntimeError("Cannot call methods on a stopped SparkContext. SparkContext was shut down"),

@@ -481,15 +481,16 @@ def table_failure(failure: Exception) -> str | None:
     fails the batch. A table's own are its change that cannot be applied safely (:class:`TableStopped`), a type
     the lake cannot make (:class:`~cdclake.types.InvalidType`), and whatever else its step raised: a schema that
     delta-rs refuses, a value that does not convert, an unexpected error of the writer. Not the table's: a
-    stop the run asked for (:class:`StopRequested`; interrupts and exits are not caught at all), memory running
-    out, the lake's storage failing (an ``OSError``, a file the machine refused to write), the lake's own
-    tables failing (:class:`~cdclake.sinks.delta.LakeError`) and Spark or its JVM going away."""
+    stop the run asked for (:class:`StopRequested`; interrupts and exits are not caught at all), an error that
+    stops a run by design (:func:`stopping_error`: a registry down, corruption under corruption-handling=error),
+    memory running out, the lake's storage failing (an ``OSError``, a file the machine refused to write), the
+    lake's own tables failing (:class:`~cdclake.sinks.delta.LakeError`) and Spark or its JVM going away."""
     if isinstance(failure, TableStopped | InvalidType):
         return str(failure)
     if isinstance(failure, StopRequested | MemoryError | OSError | delta.LakeError):
         return None
     text = str(failure)
-    if file_system_problem(failure) is not None or _NOT_THE_TABLE.search(text):
+    if file_system_problem(failure) is not None or stopping_error(failure) is not None or _NOT_THE_TABLE.search(text):
         return None
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{type(failure).__name__}: {first[:500]}"
