@@ -3,7 +3,10 @@
 Batch and streaming use the same path: without ``follow`` a query stops once it has caught up with
 the input it saw at start; with ``follow`` it keeps watching. Each micro-batch is applied exactly once:
 Spark's checkpoint says which records a batch covers, and every Delta commit carries the batch's
-app-transaction marker, so a batch replayed after a crash skips what it had already committed.
+app-transaction marker, so a batch replayed after a crash skips what it had already committed. Without Spark's
+checkpoint (lost, replaced, new) the lake decides: batches are numbered above every marker it holds, and a files
+source skips what its recorded batches read (see :func:`_base_version`, :func:`source_read`). One table's failure
+stops that table and the batch goes on (see :func:`table_failure`).
 """
 
 from __future__ import annotations
