@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench java
+.PHONY: demo test test-fast lint bench java crash-matrix
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP) java lint
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not spark and not kafka"
+
+# Every hit of every failpoint killed in turn, then run to the end (an hour or more; tests/spark/test_crash_matrix.py).
+crash-matrix: $(STAMP) java
+	$(BIN)/pytest -q --crash-matrix=full tests/spark/test_crash_matrix.py
 
 bench: $(STAMP) java
 	$(BIN)/python benchmarks/decode.py

@@ -36,6 +36,32 @@ def glue_registry(glue_endpoint: str) -> str:
     return glue.create_registry(glue_endpoint, f"registry-{next(_registry_names)}")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--crash-matrix", choices=("subset", "full"), default="subset",
+                     help="subset (default): a kill at every point of a batch; full: at every hit of every point "
+                          "as well (an hour or more; `make crash-matrix`)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The whole crash matrix takes an hour or more: deselected, visibly, unless asked for.
+    full = config.getoption("--crash-matrix") == "full"
+    left = [item for item in items if item.get_closest_marker("crash_matrix_full") is None or full]
+    dropped = [item for item in items if item not in left]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = left
+        _deselected_matrix.extend(item.nodeid for item in dropped)
+
+
+_deselected_matrix: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _deselected_matrix:
+        terminalreporter.write_line(f"deselected the full crash matrix ({', '.join(_deselected_matrix)}): "
+                                    "--crash-matrix=full or `make crash-matrix` runs it")
+
+
 _skipped: list[str] = []
 
 

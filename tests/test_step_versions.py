@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cdclake import ddl as DDL
-from cdclake.pipeline import step_versions
-from cdclake.sinks.delta import STEPS_PER_BATCH, TABLE_STEPS
+from cdclake.pipeline import check_version_space, step_versions
+from cdclake.sinks.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
 from cdclake.spark import planner
 from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
 
@@ -72,11 +72,13 @@ def test_a_swap_of_names_applies_each_rename_before_the_name_is_taken_and_number
     assert old not in versions
 
 
-def test_more_commits_to_one_table_than_a_batch_can_number_fail_the_batch_with_the_remedy():
+def test_more_commits_to_one_table_than_a_batch_can_number_stop_the_table_with_the_remedy():
     users = ("shop", "users")
     steps: list[Step] = []
     for segment in range(TABLE_STEPS // 2 + 1):
         steps += [rows(users, segment), ddl(segment, f"ALTER TABLE users ADD COLUMN c{segment} int")]
-    with pytest.raises(RuntimeError, match=r"makes 996 commits to table shop.users .* more than the 995 a batch can "
-                                           r"number: lower the source's max_records_per_batch"):
-        step_versions(plan_of({users: steps}), 0)
+    versions = step_versions(plan_of({users: steps}), 3)
+    with pytest.raises(TableStopped, match=r"batch 3 makes 996 commits to table shop.users .* more than the 995 a "
+                                           r"batch can number: lower the source's max_records_per_batch"):
+        check_version_space(users, versions[users], 3)
+    check_version_space(users, versions[users][:-1], 3)  # 995 fit

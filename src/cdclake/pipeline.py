@@ -3,7 +3,10 @@
 Batch and streaming use the same path: without ``follow`` a query stops once it has caught up with
 the input it saw at start; with ``follow`` it keeps watching. Each micro-batch is applied exactly once:
 Spark's checkpoint says which records a batch covers, and every Delta commit carries the batch's
-app-transaction marker, so a batch replayed after a crash skips what it had already committed.
+app-transaction marker, so a batch replayed after a crash skips what it had already committed. Without Spark's
+checkpoint (lost, replaced, new) the lake decides: batches are numbered above every marker it holds, and a files
+source skips what its recorded batches read (see :func:`_base_version`, :func:`source_read`). One table's failure
+stops that table and the batch goes on (see :func:`table_failure`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from cdclake.spark import planner
 from cdclake.spark.lake_types import arrow_type
 from cdclake.spark.session import get_session, is_connect, private_directory, task_slots
 from cdclake.spark.sources import DECODING_SOURCES, register, reread, seal
-from cdclake.types import parse_type
+from cdclake.types import InvalidType, parse_type
 
 logger = logging.getLogger("cdclake.pipeline")
 
@@ -242,19 +245,28 @@ class BatchApplier:
                     if self._renamed_before(name, steps[-1], commits[-1]):
                         continue  # its changes, collected ahead, are dropped when a later step's are asked for
                     try:
+                        check_version_space(name, commits, batch)
                         for s, step_commits in zip(steps, commits, strict=True):
                             failpoint("before-merge")
                             self._apply_step(name, s, step_commits, report, tombstones, changes)
                             failpoint("after-merge")
-                    except TableStopped as exc:
-                        stopped_now[name] = str(exc)
-                        self.stopped[label] = str(exc)
+                    except Exception as exc:
+                        reason = table_failure(exc)
+                        if reason is None:
+                            raise
+                        if not isinstance(exc, TableStopped):
+                            logger.warning("batch %d of %s: table %s stopped: %s", batch, self.source.name, label,
+                                           reason, exc_info=exc)
+                        stopped_now[name] = reason
+                        self.stopped[label] = reason
             report.apply_seconds = time.monotonic() - started - report.plan_seconds
             if tombstones:
                 self.sink.record_tombstones(pa.concat_tables(tombstones), batch * STEPS_PER_BATCH + 998)
+            failpoint("after-tombstones")
             if consistent:
                 self._publish_consistency(list(dict.fromkeys(run.name for run in plan.runs)), report.consistent_ts,
                                           batch)
+                failpoint("after-consistency")
             dead = plan.dead_letters
             if report.failed:
                 dead = _with_headers(dead, raw_records() if raw is None else raw)
@@ -266,6 +278,7 @@ class BatchApplier:
             failpoint("before-dead-letters")
             report.dead_letters = self.sink.write_dead_letters(
                 dead.toArrow(), batch, batch * STEPS_PER_BATCH + 999)
+            failpoint("after-dead-letters")
             report.stopped = {f"{d}.{t}": why for (d, t), why in stopped_now.items()}
             report.seconds = time.monotonic() - started
             self.partition_ts = plan.partition_ts
@@ -280,10 +293,12 @@ class BatchApplier:
                 "resolved_ts": self.resolved_ts, "consistent_ts": report.consistent_ts,
                 "held_batch": batch if report.held else None, "held": report.held,
             }, batch * STEPS_PER_BATCH + STEPS_PER_BATCH - 1)
+            failpoint("after-progress")
             if consistent:
                 self.held_batch = batch if report.held else None
                 self.consistent_ts = report.consistent_ts or 0
                 self.sink.forget_held(batch)
+                failpoint("after-forget-held")
             compacted = self.sink.compact_own_tables()
             if compacted:
                 logger.info("batch %d of %s: compacted the lake's own tables %s", batch, self.source.name,
@@ -350,6 +365,7 @@ class BatchApplier:
         held_rows = later.toArrow()
         report.held = held_rows.num_rows
         self.sink.hold(held_rows, batch, batch * STEPS_PER_BATCH + 996)
+        failpoint("after-hold")
         return combined.filter(~waiting), raw
 
     def _publish_consistency(self, tables: list[tuple[str, str]], commit_ts: int | None, batch: int) -> None:
@@ -359,6 +375,7 @@ class BatchApplier:
             return
         for database, table in sorted(self.written):
             if f"{database}.{table}" not in self.stopped:
+                failpoint("before-consistency")
                 self.sink.publish_consistency(database, table, commit_ts, batch * STEPS_PER_BATCH + 997)
 
     def _apply_step(self, name: tuple[str, str], step: planner.Step, versions: list[int], report: BatchReport,
@@ -471,11 +488,43 @@ def step_versions(plan: planner.BatchPlan, batch: int) -> dict[planner.TableName
                     target = (action.database or name[0], action.table)
                     used[target] = max(used.get(target, 0), count)
             used[name] = max(used.get(name, 0), start + len(actions))
-        if used.get(name, 0) > delta.TABLE_STEPS:
-            raise RuntimeError(f"batch {batch} makes {used[name]} commits to table {name[0]}.{name[1]} (its segments "
-                               f"and DDL clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the "
-                               f"source's max_records_per_batch")
     return versions
+
+
+def check_version_space(name: planner.TableName, commits: list[list[int]], batch: int) -> None:
+    """Stops a table whose commits in this batch (see :func:`step_versions`) outnumber the versions a batch has for
+    one table: the next batch's would take them, and skip its own steps on the table as committed."""
+    made = max((version for step in commits for version in step), default=0) - batch * STEPS_PER_BATCH
+    if made > delta.TABLE_STEPS:
+        raise TableStopped(f"batch {batch} makes {made} commits to table {name[0]}.{name[1]} (its segments and DDL "
+                           f"clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the source's "
+                           f"max_records_per_batch")
+
+
+# Failures of the machine or the whole lake that a table's step may meet: they fail the batch (the next run applies
+# it again) rather than stop the table. Spark's own failures come back as text.
+_NOT_THE_TABLE = re.compile(r"OutOfMemoryError|SparkContext (?:was )?shut down|Py4JNetworkError|Connection refused"
+                            r"|Answer from Java side is empty")
+
+
+def table_failure(failure: Exception) -> str | None:
+    """The reason to stop a table whose step raised ``failure``; None where the failure is not the table's and
+    fails the batch. A table's own are its change that cannot be applied safely (:class:`TableStopped`), a type
+    the lake cannot make (:class:`~cdclake.types.InvalidType`), and whatever else its step raised: a schema that
+    delta-rs refuses, a value that does not convert, an unexpected error of the writer. Not the table's: a
+    stop the run asked for (:class:`StopRequested`; interrupts and exits are not caught at all), an error that
+    stops a run by design (:func:`stopping_error`: a registry down, corruption under corruption-handling=error),
+    memory running out, the lake's storage failing (an ``OSError``, a file the machine refused to write), the
+    lake's own tables failing (:class:`~cdclake.sinks.delta.LakeError`) and Spark or its JVM going away."""
+    if isinstance(failure, TableStopped | InvalidType):
+        return str(failure)
+    if isinstance(failure, StopRequested | MemoryError | OSError | delta.LakeError):
+        return None
+    text = str(failure)
+    if file_system_problem(failure) is not None or stopping_error(failure) is not None or _NOT_THE_TABLE.search(text):
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(failure).__name__}: {first[:500]}"
 
 
 @contextlib.contextmanager
@@ -498,18 +547,26 @@ def one_batch_at_a_time(lake: str) -> Iterator[None]:
 
 
 def _base_version(checkpoint: str, sink: Sink) -> int:
-    """Batch ids restart at 0 with a new checkpoint; lake versions must only grow, so a new checkpoint
-    starts after the last batch the lake has seen."""
+    """The lake version of the checkpoint's batch 0. Batch ids restart at 0 with a new checkpoint (or one whose Spark
+    part logged no batch: deleted, or killed before its first); lake versions must only grow, so such a checkpoint
+    starts above every batch that committed anything to the lake, also one a crash cut short (see
+    :meth:`~cdclake.sinks.delta.DeltaSink.last_marked_batch`)."""
     marker = os.path.join(checkpoint, "cdclake.json")
-    if os.path.exists(marker):
+    if os.path.exists(marker) and not _new_checkpoint(checkpoint):
         with open(marker) as handle:
             return int(json.load(handle)["base_version"])
-    last = sink.last_batch()
+    last = sink.last_marked_batch()
     base = 0 if last is None else last + 1
     os.makedirs(checkpoint, exist_ok=True)
     with open(marker, "w") as handle:
         json.dump({"base_version": base}, handle)
     return base
+
+
+def _new_checkpoint(checkpoint: str) -> bool:
+    """Whether Spark's checkpoint of a source has logged no batch: its query starts reading from the input's start."""
+    offsets = os.path.join(checkpoint, "spark", "offsets")
+    return not os.path.isdir(offsets) or not any(name.isdigit() for name in os.listdir(offsets))
 
 
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
@@ -607,10 +664,11 @@ def _source_run(spark: SparkSession, config: PipelineConfig, source: SourceConfi
     partitions = _source_partitions(source) if source.consistency == "resolved-ts" else None
     # With Spark Connect the batches run in the server's foreachBatch worker: their reports come back
     # through the lake's progress table instead.
+    new = _new_checkpoint(checkpoint)
     base = _base_version(checkpoint, sink)
     last = sink.last_batch()
     reports = _LakeReports(sink, source.name, 0 if last is None else last + 1, progress) if is_connect(spark) else None
-    read = source_read(spark, source, config, sink)
+    read = source_read(spark, source, config, sink, new)
     applier = BatchApplier(spark, read, sink, base, None if reports else progress, partitions,
                            min(TOMBSTONE_EXPIRY_S, config.tombstone_retention_hours * 3600), stop)
     return _SourceRun(applier, checkpoint, reports)
@@ -995,7 +1053,12 @@ def _asking_kafka() -> Iterator[None]:
         _waiting_for_kafka.clear()
 
 
-def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
+def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink,
+                new_checkpoint: bool = False) -> SourceRead:
+    """How the source is read. A Kafka source starts where the lake says it stopped (see :func:`_kafka_read`). A
+    files source with a new checkpoint reads its input from the start, and skips the records the lake's committed
+    batches read (their progress rows' offsets, per topic and partition): a changed batch size or input, or a
+    checkpoint deleted after a crash, then neither loses nor repeats a change."""
     if source.kafka is not None:
         with _asking_kafka():
             return _kafka_read(source, config, sink)
@@ -1007,9 +1070,14 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     tasks = str(task_slots(spark))
     # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _start_query).
     # Absolute: Spark's Python processes need not share this one's working directory (a session made elsewhere).
-    return SourceRead(source, "cdclake-files", {
-        "path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
-        "minPartitions": tasks, "follow": "true" if config.follow else "false"})
+    options = {"path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
+               "minPartitions": tasks, "follow": "true" if config.follow else "false"}
+    applied = sink.history().offsets if new_checkpoint else {}
+    if applied:
+        logger.info("source %s: a new checkpoint; the records of %d partition(s) up to where the lake's batches read "
+                    "them are skipped", source.name, len(applied))
+        options["applied"] = json.dumps(applied, sort_keys=True)
+    return SourceRead(source, "cdclake-files", options)
 
 
 def _kafka_partitions(client: kafka.KafkaClient, source: SourceConfig, config: PipelineConfig) -> list[tuple[str, int]]:

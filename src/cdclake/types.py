@@ -113,6 +113,37 @@ def parse_type(text: str | None) -> SqlType:
     return SqlType(name, family, length, scale, unsigned)
 
 
+class InvalidType(ValueError):
+    """A column type with a parameter no database allows (``decimal(10,20)``, ``datetime(9)``, ``bit(0)``): a
+    broken or hostile message's. Refused before it reaches the lake's writer, which would fail on it."""
+
+
+# ENUM and SET members as MySQL bounds them; a SET's value is a 64-bit mask.
+MAX_ENUM_MEMBERS: Final = 65535
+MAX_SET_MEMBERS: Final = 64
+
+
+def check_type(t: SqlType) -> SqlType:
+    """``t`` when its parameters are in range: DECIMAL precision at least 1 and scale 0 to the precision (a
+    precision above 38 is kept as text, see :mod:`cdclake.spark.lake_types`), fractional seconds of DATETIME,
+    TIMESTAMP and TIME 0 to 6, BIT 1 to 64 bits, at most 65,535 ENUM and 64 SET members. Other parameters
+    (character lengths, integer display widths) do not reach the lake's types. Raises :class:`InvalidType`."""
+    problem = None
+    if t.family == DECIMAL and t.length is not None and (t.length < 1 or (t.scale or 0) > t.length):
+        problem = "a DECIMAL needs a precision of at least 1 and a scale from 0 to the precision"
+    elif t.family in (DATETIME, TIMESTAMP, TIME) and t.length is not None and t.length > 6:
+        problem = "fractional seconds go from 0 to 6 digits"
+    elif t.family == BIT and t.length is not None and not 1 <= t.length <= 64:
+        problem = "a BIT holds 1 to 64 bits"
+    elif t.family == ENUM and len(t.members) > MAX_ENUM_MEMBERS:
+        problem = f"an ENUM has at most {MAX_ENUM_MEMBERS} members"
+    elif t.family == SET and len(t.members) > MAX_SET_MEMBERS:
+        problem = f"a SET has at most {MAX_SET_MEMBERS} members"
+    if problem is not None:
+        raise InvalidType(f"column type {type_text(t)[:80]!r}: {problem}")
+    return t
+
+
 def split_members(args: str) -> list[str]:
     """ENUM/SET labels from ``'a','b,c','it''s'`` (commas inside quotes, doubled quotes)."""
     members: list[str] = []

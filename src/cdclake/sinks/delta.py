@@ -112,6 +112,11 @@ class TableStopped(Exception):
     """A change that cannot be applied safely; the pipeline stops this table and keeps the others."""
 
 
+class LakeError(Exception):
+    """A failure of the lake's own tables, which every table's step reads: it fails the batch, whichever table's
+    step met it (see :func:`cdclake.pipeline.table_failure`)."""
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -214,6 +219,17 @@ class DeltaSink:  # implements sinks.base.Sink
             return None
         committed = table.transaction_version(self.app_id)
         return None if committed is None else committed // STEPS_PER_BATCH
+
+    def last_marked_batch(self) -> int | None:
+        """The last batch that committed anything to the lake: its progress row or, where a crash cut it short, a
+        step on any table or on the lake's own tables (their app-transaction markers). A new checkpoint numbers its
+        batches above it: reusing the number of a half-applied batch for other records would skip them on the
+        tables it had marked. Opens every table of the lake; of a lake on object storage, only the lake's own."""
+        uris = [self.internal_uri(name) for name in INTERNAL_TABLES]
+        uris += [self.table_uri(database, table) for database, table in self.tables()]
+        marks = [version for uri in uris if (table := self._open(uri)) is not None
+                 and (version := table.transaction_version(self.app_id)) is not None]
+        return max(marks) // STEPS_PER_BATCH if marks else None
 
     def history(self) -> History:
         """Where this pipeline stands, by its progress rows (see :func:`read_history`)."""
@@ -410,12 +426,17 @@ class DeltaSink:  # implements sinks.base.Sink
         so the read grows with the batch rather than with all the deletes of the retention horizon (3,000,000
         tombstones: 0.7-1.3 s a table a batch read whole). The bound is the oldest sequence's commit ts (its
         first 20 characters), which no truncation of a string statistic cuts into."""
-        tombs = self._tombstones()
-        if tombs is None or changes.num_rows == 0:
+        if changes.num_rows == 0:
             return changes
-        oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
-        candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"],
-                                  self._lineage(database, table) & (pc.field("_cdc_seq") >= oldest))
+        try:
+            tombs = self._tombstones()
+            if tombs is None:
+                return changes
+            oldest = pc.min(changes["_cdc_seq"]).as_py()[:SEQ_TS_CHARS]
+            candidates = read_dataset(tombs, ["_cdc_key", "_cdc_seq"],
+                                      self._lineage(database, table) & (pc.field("_cdc_seq") >= oldest))
+        except Exception as exc:
+            raise LakeError(f"reading the lake's tombstones: {exc}") from exc
         if candidates.num_rows == 0:
             return changes
         whole = candidates.filter(pc.equal(candidates["_cdc_key"], TABLE_TOMBSTONE))

@@ -18,7 +18,8 @@
 | TIME, JSON, ENUM, SET, VECTOR | STRING (canonical text) |
 | unknown (formats that state no type) | STRING |
 
-Values that do not fit (MySQL zero dates such as ``0000-00-00``) become NULL in the typed column.
+Values that do not fit (MySQL zero dates such as ``0000-00-00``) become NULL in the typed column. A type with a
+parameter out of range (``DECIMAL(10,20)``, ``DATETIME(9)``) has no lake type: it stops its table.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ _ARROW = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(), "BIGI
 
 
 def lake_type(t: SqlType) -> str:
-    """The Spark SQL type a column of source type ``t`` is stored as."""
+    """The Spark SQL type a column of source type ``t`` is stored as; :class:`~cdclake.types.InvalidType` for a type
+    with a parameter out of range (see :func:`~cdclake.types.check_type`)."""
+    T.check_type(t)
     if t.family == T.INTEGER:
         bits = t.bits or 64
         return (_UNSIGNED if t.unsigned else _SIGNED)[bits]

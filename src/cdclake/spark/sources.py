@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -129,11 +130,32 @@ class _Segment(InputPartition):
         return cls(described["name"], described["first"], described["stop"], described["complete_only"],
                    tuple(described["seek"]))
 
-    def read(self, decoding: Decoding | None) -> Iterator[pa.RecordBatch]:
+    def read(self, decoding: Decoding | None, applied: dict[str, int]) -> Iterator[pa.RecordBatch]:
         if not self.name:
             return
         records = files.read_segment(self.name, self.first, self.stop, self.complete_only, self.seek)
+        if applied:
+            records = _unapplied(records, applied)
         yield from decoding.changelog(records, self.described()) if decoding else records
+
+
+def _applied(options: Any) -> dict[str, int]:
+    """Option ``applied``: by ``"topic:partition"``, the highest offset the lake's batches read (see
+    :func:`cdclake.pipeline.source_read`); records at or below it are not read again."""
+    return {str(k): int(v) for k, v in json.loads(options.get("applied") or "{}").items()}
+
+
+def _unapplied(records: Iterator[pa.RecordBatch], applied: dict[str, int]) -> Iterator[pa.RecordBatch]:
+    """The records past the offsets ``applied`` names for their topic and partition."""
+    names = pa.array(list(applied), pa.string())
+    highest = pa.array(list(applied.values()), pa.int64())
+    for batch in records:
+        where = pc.binary_join_element_wise(batch.column("topic"), pc.cast(batch.column("partition"), pa.string()),
+                                            ":")
+        done = pc.fill_null(pc.take(highest, pc.index_in(where, value_set=names)), -1)
+        kept = batch.filter(pc.greater(batch.column("offset"), done))
+        if kept.num_rows:
+            yield kept
 
 
 MIN_TASK_LINES = 10_000  # a task is worth its start-up
@@ -197,6 +219,7 @@ class _FilesReader(DataSourceReader):
         self.min_tasks = _min_tasks(options)
         self.inputs = _inputs(options)
         self.decoding = Decoding.of(options)
+        self.applied = _applied(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.inputs is not None:
@@ -207,7 +230,7 @@ class _FilesReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
-        yield from partition.read(self.decoding)
+        yield from partition.read(self.decoding, self.applied)
 
 
 class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -222,6 +245,7 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.min_tasks = _min_tasks(options)
         self.complete_only = options.get("follow", "false") == "true"
         self.decoding = Decoding.of(options)
+        self.applied = _applied(options)
         self.counter = files.LineCounter(self.complete_only)
         self.initial = json.loads(options["startingOffset"]) if options.get("startingOffset") else dict(START)
         self._last_end = dict(self.initial)
@@ -284,7 +308,7 @@ class _FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Segment)
-        yield from partition.read(self.decoding)
+        yield from partition.read(self.decoding, self.applied)
 
     def commit(self, end: dict) -> None:
         pass
