@@ -10,7 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cdclake import config as C
 from cdclake import metrics
-from cdclake.pipeline import BatchReport
+from cdclake.pipeline import BatchReport, _LakeReports
+from cdclake.sinks.delta import DeltaSink
+from tests.kafka.conftest import free_port
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -21,24 +23,9 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def _config(port: int | None = 0, name: str = "shop") -> C.PipelineConfig:
+def _config(port: int | None, name: str = "shop") -> C.PipelineConfig:
     return C.PipelineConfig(lake="/l", name=name, metrics_port=port, sources=[
         C.SourceConfig("canal-json", "/in/a", "a"), C.SourceConfig("canal-json", "/in/b", "b")])
-
-
-_SERVED: list[int] = []  # the ports of the servers started, port 0 having asked for any free one
-
-
-@pytest.fixture(autouse=True)
-def _record_ports(monkeypatch):
-    start = metrics.start_http_server
-
-    def recording(*args, **kwargs):
-        server, thread = start(*args, **kwargs)
-        _SERVED.append(server.server_port)
-        return server, thread
-
-    monkeypatch.setattr(metrics, "start_http_server", recording)
 
 
 def test_batch_reports_become_the_metrics_served_and_the_server_stops_with_the_run():
@@ -57,9 +44,9 @@ def test_batch_reports_become_the_metrics_served_and_the_server_stops_with_the_r
                     rows={"db.t": {"insert": 0, "update": 3, "delete": 0}}, last_commit_ts={"db.t": 450}),
         BatchReport("a", 2, records=1, events=1, dead_letters=1, seconds=0.1, stopped={"db.u": "bad type"}),
     ]
-    with metrics.serving(_config(), seen.append) as progress:
+    port = free_port()
+    with metrics.serving(_config(port), seen.append) as progress:
         assert progress is not None
-        port = _SERVED[-1]
         for report in reports:
             progress(report)
         got = scrape(port)
@@ -90,11 +77,24 @@ def test_batch_reports_become_the_metrics_served_and_the_server_stops_with_the_r
         pass
 
 
+def test_hostile_table_names_stay_label_values():
+    # A table name comes from the messages: it must not end its label, add a sample, or break the exposition.
+    names = ['db.t"} 1e9\ncdclake_tables_stopped{pipeline="shop"} 99', "db.\\x", "db.\u2028\u00e9", "db." + "x" * 5000]
+    port = free_port()
+    with metrics.serving(_config(port), None) as progress:
+        progress(BatchReport("a", 0, records=1, events=1, rows={n: {"insert": 1} for n in names},
+                             last_commit_ts={n: 7 for n in names}))
+        got = scrape(port)
+    assert sorted(dict(labels)["table"] for name, labels in got if name == "cdclake_rows_total") == sorted(names)
+    assert got[("cdclake_tables_stopped", (("pipeline", "shop"),))] == 0
+
+
 def test_two_runs_in_one_process_count_apart():
     for _ in range(2):
-        with metrics.serving(_config(), None) as progress:
+        port = free_port()
+        with metrics.serving(_config(port), None) as progress:
             progress(BatchReport("a", 0, records=2, events=2))
-            assert scrape(_SERVED[-1])[("cdclake_records_total", (("outcome", "applied"), ("pipeline", "shop"),
+            assert scrape(port)[("cdclake_records_total", (("outcome", "applied"), ("pipeline", "shop"),
                                                                   ("source", "a")))] == 2
 
 
@@ -102,10 +102,8 @@ def test_without_a_port_nothing_is_served():
     def show(report: BatchReport) -> None:
         pass
 
-    before = len(_SERVED)
     with metrics.serving(_config(port=None), show) as progress:
         assert progress is show
-    assert len(_SERVED) == before
 
 
 def test_a_port_in_use_is_a_one_line_error():
@@ -143,3 +141,21 @@ def test_the_metrics_table_of_a_pipeline_file_sets_port_and_host(tmp_path):
     loaded.metrics_port = 70000
     with pytest.raises(ValueError, match="the metrics port must be 0 to 65535, not 70000"):
         loaded.validate()
+
+
+def test_reports_read_back_from_the_lake_carry_each_tables_commit_ts(tmp_path):
+    # Spark Connect: the batches run on the server, and the run reads their reports from the lake's progress table.
+    sink = DeltaSink(str(tmp_path), "shop.a")
+    sink.record_progress({"batch": 0, "records": 3, "events": 3, "inserted": 3, "duration_s": 0.5, "offsets": {},
+                          "tables": {"db.t": {"last_seq": f"{1234:020d}/x", "stopped": None},
+                                     "db.u": {"last_seq": f"{99:020d}/y", "stopped": "bad type"}}}, 999)
+    port = free_port()
+    with metrics.serving(_config(port), None) as progress:
+        _LakeReports(sink, "a", 0, progress).poll()
+        got = scrape(port)
+    assert got[("cdclake_last_commit_ts", (("pipeline", "shop"), ("table", "db.t")))] == 1234
+    assert ("cdclake_last_commit_ts", (("pipeline", "shop"), ("table", "db.u"))) not in got  # stopped
+    assert got[("cdclake_tables_stopped", (("pipeline", "shop"),))] == 1
+    assert got[("cdclake_records_total", (("outcome", "applied"), ("pipeline", "shop"), ("source", "a")))] == 3
+    assert got[("cdclake_batch_seconds_count", (("phase", "total"), ("pipeline", "shop"), ("source", "a")))] == 1
+    assert ("cdclake_batch_seconds_count", (("phase", "plan"), ("pipeline", "shop"), ("source", "a"))) not in got

@@ -58,8 +58,9 @@ class Metrics:
             for table, changes in report.rows.items():
                 for change, count in changes.items():
                     self.rows.labels(p, table, change).inc(count)
-            for phase, seconds in (("plan", report.plan_seconds), ("apply", report.apply_seconds),
-                                   ("total", report.seconds)):
+            # Reports read back from the lake (Spark Connect) have no phases.
+            phases = [("plan", report.plan_seconds), ("apply", report.apply_seconds)] if report.plan_seconds else []
+            for phase, seconds in [*phases, ("total", report.seconds)]:
                 self.seconds.labels(p, report.source, phase).observe(seconds)
             for table, ts in report.last_commit_ts.items():
                 if table not in report.stopped:
@@ -75,6 +76,8 @@ class Metrics:
 
         applied = {}
         for coords, offset in report.offsets.items():  # "topic:partition"; a topic name has no ":"
+            if offset is None:  # a partition the batch read nothing of
+                continue
             topic, partition = coords.rsplit(":", 1)
             applied[(topic, int(partition))] = offset
         try:

@@ -230,7 +230,8 @@ class BatchApplier:
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
             report.records = plan.records
-            report.offsets, report.last_commit_ts = plan.offsets, planner.commit_ts_of(plan.last_seq)
+            report.offsets = plan.offsets
+            report.last_commit_ts = planner.commit_ts_of({f"{d}.{t}": s for (d, t), s in plan.last_seq.items()})
             versions = step_versions(plan, batch)
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
@@ -679,7 +680,9 @@ class _LakeReports:
                     "records", "events", "failed", "skipped", "inserted", "updated", "deleted", "dead_letters",
                     "held")},
                 consistent_ts=row.get("consistent_ts"), seconds=row.get("duration_s") or 0.0,
-                stopped={name: t["stopped"] for name, t in tables.items() if t.get("stopped")})
+                stopped={name: t["stopped"] for name, t in tables.items() if t.get("stopped")},
+                offsets=json.loads(row.get("offsets") or "{}"),
+                last_commit_ts=planner.commit_ts_of({name: t.get("last_seq") or "" for name, t in tables.items()}))
             self.reports.append(report)
             self.next_batch = row["batch"] + 1
             if self.progress:

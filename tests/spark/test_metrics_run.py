@@ -14,6 +14,7 @@ import pytest
 
 from cdclake.events import DELETE, INSERT, UPDATE
 from cdclake.records import Record, write_records
+from tests.kafka.conftest import free_port
 from tests.spark.test_pipeline import change, records
 from tests.test_metrics import scrape
 
@@ -21,12 +22,6 @@ pytestmark = pytest.mark.spark
 
 PROGRESS = re.compile(r"batch \d+ \[main\]: (\d+) records, \d+ events, \+(\d+) ~(\d+) -(\d+) rows, (\d+) dead letters"
                       r".*, (\d+) skipped")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _scrape_until(port: int, done, timeout_s: float = 300.0) -> dict:
@@ -46,7 +41,7 @@ def test_a_following_run_serves_the_numbers_of_its_progress_lines(tmp_path):
     (tmp_path / "in").mkdir()
     inserts = records([change(INSERT, 100 + i, i) for i in range(1, 9)])
     write_records(tmp_path / "in" / "1.jsonl", [*inserts, Record(value=b"not json", topic="cdc", offset=len(inserts))])
-    port = _free_port()
+    port = free_port()
     run = subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
                             str(tmp_path / "in"), "--lake", str(tmp_path / "lake"), "--name", "shop", "--follow",
                             "--metrics-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
