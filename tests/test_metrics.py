@@ -159,3 +159,22 @@ def test_reports_read_back_from_the_lake_carry_each_tables_commit_ts(tmp_path):
     assert got[("cdclake_records_total", (("outcome", "applied"), ("pipeline", "shop"), ("source", "a")))] == 3
     assert got[("cdclake_batch_seconds_count", (("phase", "total"), ("pipeline", "shop"), ("source", "a")))] == 1
     assert ("cdclake_batch_seconds_count", (("phase", "plan"), ("pipeline", "shop"), ("source", "a"))) not in got
+
+
+def test_the_metrics_flags_go_with_a_pipeline_file_and_override_it(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cdclake import pipeline
+    from cdclake.cli import app
+
+    ran: list[C.PipelineConfig] = []
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: ran.append(config) or pipeline.RunSummary())
+    path = tmp_path / "PIPELINE.toml"
+    path.write_text(f'lake = "{tmp_path / "lake"}"\n[metrics]\nport = 9464\n'
+                    f'[[source]]\nformat = "canal-json"\ninput = "{tmp_path}"\n')
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", str(path), "--follow"]).exit_code == 0
+    assert runner.invoke(app, ["run", str(path), "--metrics-port", "9500", "--metrics-host", "::1"]).exit_code == 0
+    assert [(c.metrics_port, c.metrics_host) for c in ran] == [(9464, "127.0.0.1"), (9500, "::1")]
+    result = runner.invoke(app, ["run", str(path), "--metrics-port", "70000"])
+    assert result.exit_code == 2 and "the metrics port must be 0 to 65535, not 70000" in result.output
