@@ -16,8 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 if TYPE_CHECKING:
     from cdclake.config import PipelineConfig
     from cdclake.pipeline import BatchReport, Progress
+    from cdclake.sources.kafka import KafkaClient
 
 logger = logging.getLogger(__name__)
+
+# How long the end offsets are asked for after a batch (which waits meanwhile) before the lag keeps its last value.
+LAG_RETRY_S = 5.0
 
 # Batch phases last from tens of milliseconds (an idle poll) to minutes (a first load of millions of records).
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -45,6 +49,7 @@ class Metrics:
         self.stopped.labels(self.pipeline).set(0)
         self.stopped_tables: set[str] = set()
         self.kafka = {s.name: s for s in config.sources if s.kafka is not None}
+        self.clients: dict[str, KafkaClient] = {}  # per Kafka source, made at its first batch
         self.lock = threading.Lock()  # sources following at once report from their own threads
 
     def observe(self, report: BatchReport) -> None:
@@ -72,7 +77,7 @@ class Metrics:
 
     def _lag(self, report: BatchReport) -> None:
         """End offset minus the next offset to apply, for the partitions the batch read."""
-        from cdclake.sources import kafka
+        from cdclake.sources import kafka  # confluent_kafka only for a pipeline that reads Kafka
 
         applied = {}
         for coords, offset in report.offsets.items():  # "topic:partition"; a topic name has no ":"
@@ -80,9 +85,11 @@ class Metrics:
                 continue
             topic, partition = coords.rsplit(":", 1)
             applied[(topic, int(partition))] = offset
+        if report.source not in self.clients:
+            settings = self.kafka[report.source].client_settings().retrying_for(LAG_RETRY_S)
+            self.clients[report.source] = kafka.KafkaClient(settings)
         try:
-            with kafka.KafkaClient(self.kafka[report.source].client_settings()) as client:
-                latest = client.latest(sorted(applied))
+            latest = self.clients[report.source].latest(sorted(applied))
         except Exception as exc:  # the run goes on; the gauge keeps its last value
             logger.warning("metrics: the end offsets of source %s: %s", report.source, exc)
             return
@@ -90,6 +97,10 @@ class Metrics:
             end = latest.get(topic, {}).get(partition)
             if end is not None:
                 self.lag.labels(self.pipeline, topic, str(partition)).set(max(end - offset - 1, 0))
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
 
 
 @contextlib.contextmanager
@@ -118,3 +129,4 @@ def serving(config: PipelineConfig, progress: Progress | None) -> Iterator[Progr
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+        metrics.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cdclake import config as C
@@ -28,3 +30,19 @@ def test_the_lag_of_each_partition_a_batch_read(broker):
         progress(BatchReport("k", 1, offsets={f"{topic}:0": 4, f"{topic}:1": None}))  # partition 0 caught up
         got = scrape(port)
         assert got[("cdclake_source_lag_records", (("partition", "0"), ("pipeline", "pay"), ("topic", topic)))] == 0
+
+
+def test_a_broker_out_of_reach_leaves_the_lag_out_and_the_run_going(monkeypatch, caplog):
+    monkeypatch.setattr(metrics, "LAG_RETRY_S", 1.0)
+    port, nobody = free_port(), free_port()
+    config = C.PipelineConfig(lake="/l", name="pay", metrics_port=port, sources=[
+        C.SourceConfig("ticdc-open", name="k", kafka=f"127.0.0.1:{nobody}", topics=["t"])])
+    seen = []
+    started = time.monotonic()
+    with metrics.serving(config, seen.append) as progress:
+        progress(BatchReport("k", 0, records=2, offsets={"t:0": 1}))
+        got = scrape(port)
+    assert time.monotonic() - started < 30 and len(seen) == 1
+    assert got[("cdclake_records_total", (("outcome", "applied"), ("pipeline", "pay"), ("source", "k")))] == 2
+    assert not [key for key in got if key[0] == "cdclake_source_lag_records"]
+    assert "metrics: the end offsets of source k" in caplog.text
