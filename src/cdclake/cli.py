@@ -176,6 +176,9 @@ def run(
     remote: Annotated[str | None, typer.Option(
         help="A Spark Connect server to run on, sc://HOST:PORT; sc://localhost:PORT finds the token of "
              "`cdclake serve`.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Serve Prometheus metrics on this port while the run lasts (0: any free one).")] = None,
+    metrics_host: Annotated[str | None, typer.Option(help="The address the metrics listen on.")] = None,
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
     tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
@@ -183,11 +186,12 @@ def run(
 
     try:
         if pipeline_file is not None:
-            given = [max(p.opts, key=len) for p in ctx.command.params if p.name not in ("pipeline_file", "follow")
+            alongside = ("pipeline_file", "follow", "metrics_port", "metrics_host")
+            given = [max(p.opts, key=len) for p in ctx.command.params if p.name not in alongside
                      and p.name is not None and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
             if given:
                 raise ValueError(f"{pipeline_file} says what to run: leave out {', '.join(given)} (of the flags, "
-                                 "only --follow goes with a pipeline file)")
+                                 "only --follow and --metrics-* go with a pipeline file)")
             cfg = C.load(str(pipeline_file))
             cfg.follow = cfg.follow or follow
         else:
@@ -203,6 +207,8 @@ def run(
                                     kafka_retry_seconds=kafka_retry_seconds)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
                                    checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote)
+        cfg.metrics_port = cfg.metrics_port if metrics_port is None else metrics_port
+        cfg.metrics_host = metrics_host or cfg.metrics_host
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None

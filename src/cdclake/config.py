@@ -12,6 +12,10 @@ tombstone_retention_hours = 168
 master = "spark://host:7077"  # or remote = "sc://host:15002" for Spark Connect
 conf = { "spark.executor.memory" = "8g" }
 
+[metrics]                     # optional: serve Prometheus metrics while the run lasts (see README)
+port = 9464                   # 0: any free port (the log says which)
+host = "127.0.0.1"            # the address to listen on; "0.0.0.0" for every interface
+
 [[source]]
 name = "orders"
 format = "canal-json"
@@ -141,6 +145,8 @@ RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flav
 # 0.5 s. A record arriving alone every few seconds was in the lake 1.75 s after it arrived instead of 2.12 s (means
 # of 10); an idle pipeline polling this often used about 1.7 % of one core instead of 1.1 % (2026-12-06).
 POLL_SECONDS = 0.2
+# Metrics are for this machine's scraper unless the pipeline opens them to others.
+METRICS_HOST = "127.0.0.1"
 
 
 @dataclass
@@ -156,6 +162,8 @@ class PipelineConfig:
     spark_remote: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     storage_options: dict[str, str] | None = None
+    metrics_port: int | None = None  # None: no metrics served
+    metrics_host: str = METRICS_HOST
 
     def checkpoint_dir(self) -> str:
         return self.checkpoint or os.path.join(self.lake, "_cdclake", "checkpoints", self.name)
@@ -177,15 +185,18 @@ class PipelineConfig:
             raise ValueError(f"poll_seconds must be more than 0, not {self.poll_seconds}")
         if not self.tombstone_retention_hours >= 0:
             raise ValueError(f"tombstone_retention_hours must be 0 or more, not {self.tombstone_retention_hours}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"the metrics port must be 0 to 65535, not {self.metrics_port}")
         for source in self.sources:
             source.validate()
 
 
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
-        "storage"}
+        "storage", "metrics"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
            "starting_offsets", "kafka_options", "connector", "consistency", "kafka_retry_seconds"}
 _SPARK = {"master", "remote", "conf"}
+_METRICS = {"port", "host"}
 # The tables whose keys are not checked here: a source's options (its format checks them), and kafka_options,
 # spark.conf and storage, which are librdkafka's, Spark's and the object store's own settings, too many to list.
 
@@ -293,6 +304,8 @@ def load(path: str) -> PipelineConfig:
             consistency=_value(raw, "consistency", str, "none", where), **_kafka_fields(raw, where)))
     spark, in_spark = _value(data, "spark", dict, {}, top), f"{path}: [spark] "
     _unknown(spark, _SPARK, in_spark)
+    metrics, in_metrics = _value(data, "metrics", dict, {}, top), f"{path}: [metrics] "
+    _unknown(metrics, _METRICS, in_metrics)
     return PipelineConfig(
         lake=_value(data, "lake", str, None, top), sources=sources, name=_value(data, "name", str, "default", top),
         checkpoint=_value(data, "checkpoint", str, None, top), follow=_value(data, "follow", bool, False, top),
@@ -301,4 +314,6 @@ def load(path: str) -> PipelineConfig:
         spark_master=_value(spark, "master", str, None, in_spark),
         spark_remote=_value(spark, "remote", str, None, in_spark),
         spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, in_spark).items()},
-        storage_options=_value(data, "storage", dict, None, top))
+        storage_options=_value(data, "storage", dict, None, top),
+        metrics_port=_value(metrics, "port", int, None, in_metrics),
+        metrics_host=_value(metrics, "host", str, METRICS_HOST, in_metrics))

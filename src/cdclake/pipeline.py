@@ -36,7 +36,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdclake import compiled, formats, lakepaths
+from cdclake import compiled, formats, lakepaths, metrics
 from cdclake import ddl as DDL
 from cdclake.config import PipelineConfig, SourceConfig
 from cdclake.failpoints import failpoint
@@ -72,6 +72,11 @@ class BatchReport:
     plan_seconds: float = 0.0  # reading, decoding and planning (Spark jobs)
     apply_seconds: float = 0.0  # typing the net changes and writing them to the tables
     stopped: dict[str, str] = field(default_factory=dict)
+    # For the metrics (see cdclake.metrics): rows changed per table and change (insert, update, delete), the last
+    # offset applied per "topic:partition", and the commit ts of each table's last change.
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    offsets: dict[str, int] = field(default_factory=dict)
+    last_commit_ts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -231,6 +236,8 @@ class BatchApplier:
             report.events, report.failed, report.skipped = (counts.get("event", 0), counts.get("failed", 0),
                                                            counts.get("skipped", 0))
             report.records = plan.records
+            report.offsets = plan.offsets
+            report.last_commit_ts = planner.commit_ts_of({f"{d}.{t}": s for (d, t), s in plan.last_seq.items()})
             versions = step_versions(plan, batch)
             stopped_now: dict[tuple[str, str], str] = {}
             tombstones: list[pa.Table] = []
@@ -394,6 +401,10 @@ class BatchApplier:
             report.inserted += merged["inserted"]
             report.updated += merged["updated"]
             report.deleted += merged["deleted"]
+            rows = report.rows.setdefault(f"{database}.{table}", {"insert": 0, "update": 0, "delete": 0})
+            for change, count in (("insert", merged["inserted"]), ("update", merged["updated"]),
+                                  ("delete", merged["deleted"])):
+                rows[change] += count
             deletes = changes.filter(pa.compute.equal(changes["_cdc_op"], "d"))
             if deletes.num_rows:
                 tombstones.append(delta.tombstones(database, table, deletes["_cdc_key"], deletes["_cdc_seq"]))
@@ -583,8 +594,8 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     register(spark)
     compiled.warn_if_missing()
     try:
-        with _stop_on_signal() as stop:
-            return _run_sources(spark, config, progress, stop)
+        with _stop_on_signal() as stop, metrics.serving(config, progress) as observed:
+            return _run_sources(spark, config, observed, stop)
     except BaseException:
         if loading is not None:
             spark.sparkContext.cancelJobGroup(LOADING_GROUP)
@@ -758,7 +769,9 @@ class _LakeReports:
                     "records", "events", "failed", "skipped", "inserted", "updated", "deleted", "dead_letters",
                     "held")},
                 consistent_ts=row.get("consistent_ts"), seconds=row.get("duration_s") or 0.0,
-                stopped={name: t["stopped"] for name, t in tables.items() if t.get("stopped")})
+                stopped={name: t["stopped"] for name, t in tables.items() if t.get("stopped")},
+                offsets=json.loads(row.get("offsets") or "{}"),
+                last_commit_ts=planner.commit_ts_of({name: t.get("last_seq") or "" for name, t in tables.items()}))
             self.reports.append(report)
             self.next_batch = row["batch"] + 1
             if self.progress:

@@ -114,6 +114,11 @@ SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '
        "ELSE coalesce(position, '') END)")
 
 
+def commit_ts_of(last_seq: dict[str, str]) -> dict[str, int]:
+    """Each table's commit ts from its last ``_cdc_seq`` (see SEQ), by the table's ``database.table``."""
+    return {name: int(seq[:20]) for name, seq in last_seq.items() if seq and seq[:20].isdigit()}
+
+
 # What the net reduction carries on: the lake needs no more of a change.
 _NET_COLUMNS = ("database", "table", "segment", "key", "op", "after", "layout", "columns", "_cdc_seq", "commit_ts",
                 "position", "ts_ms", "partition", "offset", "seq")
