@@ -525,7 +525,8 @@ def test_claim_check_without_claim_check_dir_is_not_read(tmp_path):
 
 def test_claim_check_that_cannot_be_read(tmp_path):
     ccl_key = '{"ts":2,"scm":"test","tbl":"t","t":1,"ohk":false,"ccl":"s3://bucket/abc.json"}'
-    reason = failure(frame((ccl_key, '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **{"claim-check-dir": str(tmp_path)})
+    store = {"claim-check-dir": str(tmp_path)}
+    reason = failure(frame((ccl_key, '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **store)
     assert "no claim-check file abc.json" in reason and "s3://bucket/abc.json" in reason
     delete = one(frame((ccl_key, '{"d":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **{"claim-check-dir": str(tmp_path)})
     assert (delete.op, delete.before) == ("d", {"a": 1})  # the key is all a delete needs
