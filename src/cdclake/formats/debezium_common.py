@@ -643,8 +643,41 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if kind == "bytes":
         return None if wire.base64_bytes else V.b64
     if kind in ("struct", "array", "map"):
-        return _json_value
+        nested = _nested(spec, wire)
+        return _json_value if nested is None else lambda v: _json_value(nested(v))
     return None
+
+
+_SEMANTIC_STRUCTS: Final = frozenset((VARIABLE_DECIMAL, GEOMETRY, GEOGRAPHY, POINT))
+
+
+def _nested(spec: FieldSpec, wire: Wire) -> Conv | None:
+    """The canonical value of a value inside an array, map or struct column (a PostgreSQL DATE[] item, a
+    Decimal map value), before the column becomes JSON text; None where the wire value already is canonical."""
+    kind = spec.type
+    if kind == "array" and spec.semantic not in (FLOAT_VECTOR, DOUBLE_VECTOR):
+        item = None if spec.items is None else _nested(spec.items, wire)
+        if item is None:
+            return None
+        return lambda v: [x if x is None else item(x) for x in v]
+    if kind == "map":
+        value = None if spec.items is None else _nested(spec.items, wire)
+        if value is None:
+            return None
+
+        def entries(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                return {k: x if x is None else value(x) for k, x in v.items()}
+            # a map whose keys are not strings: the JSON converter writes [key, value] pairs
+            return [[k, x if x is None else value(x)] for k, x in v]
+
+        return entries
+    if kind == "struct" and structured(spec) is None and spec.semantic not in _SEMANTIC_STRUCTS:
+        members = {f.name: conv for f in spec.fields if (conv := _nested(f, wire)) is not None}
+        if not members:
+            return None
+        return lambda v: {k: x if x is None or k not in members else members[k](x) for k, x in v.items()}
+    return converter(spec, parse_type(wire_type_text(spec)), wire)
 
 
 def _decimal_converter(scale: int, t: SqlType, to_bytes: Conv) -> Conv:
