@@ -276,7 +276,7 @@ def connect_spec(schema: Any, name: str = "") -> FieldSpec:
         raise DecodeError(f"schema of field {name or '<root>'!r} is not an object")
     kind = schema.get("type")
     field_name = schema.get("field", name)
-    if kind not in CONNECT_TYPES:
+    if not isinstance(kind, str) or kind not in CONNECT_TYPES:
         raise DecodeError(f"field {field_name or '<root>'!r} has unknown Connect type {kind!r}")
     params = schema.get("parameters") or {}
     if not isinstance(params, dict):
@@ -288,6 +288,8 @@ def connect_spec(schema: Any, name: str = "") -> FieldSpec:
         if not isinstance(members, list):
             raise DecodeError(f"struct {field_name or '<root>'!r} has no fields list")
         fields = tuple(connect_spec(member) for member in members)
+        if len({f.name for f in fields}) != len(fields):
+            raise DecodeError(f"struct {field_name or '<root>'!r} names a field twice")
     elif kind == "array":
         items = connect_spec(schema.get("items"), f"{field_name}[]")
     elif kind == "map":
@@ -596,7 +598,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if semantic == ISO_TIMESTAMP:
         return lambda v: _fit_fraction(_strip_zone(v).replace("T", " "), fsp)
     if semantic == DECIMAL:
-        return _decimal_converter(int(spec.param("scale", "0") or 0), t, to_bytes)
+        return _decimal_converter(_scale(spec), t, to_bytes)
     if semantic == VARIABLE_DECIMAL:
         return lambda v: V.decimal_from_unscaled(to_bytes(v["value"]), int(v["scale"]))
     if semantic == BITS:
@@ -678,6 +680,14 @@ def _nested(spec: FieldSpec, wire: Wire) -> Conv | None:
             return None
         return lambda v: {k: x if x is None or k not in members else members[k](x) for k, x in v.items()}
     return converter(spec, parse_type(wire_type_text(spec)), wire)
+
+
+def _scale(spec: FieldSpec) -> int:
+    """A Decimal schema's scale parameter, which the message states."""
+    text = spec.param("scale", "0") or "0"
+    if not re.fullmatch(r"-?[0-9]{1,4}", text):
+        raise DecodeError(f"field {spec.name!r}: Decimal scale {text[:40]!r} is not a whole number")
+    return int(text)
 
 
 def _decimal_converter(scale: int, t: SqlType, to_bytes: Conv) -> Conv:

@@ -142,7 +142,7 @@ def _scn(value: int | str | None) -> int | None:
     """``meta.scn`` as a number, or None where a non-Oracle source sent something else (spec §2)."""
     if not isinstance(value, str):
         return value
-    if value.isdigit():
+    if value.isdigit() and len(value) <= 40:  # an Oracle SCN has at most 20 digits
         return int(value)
     if not _WARNED_SCN:  # once per process: every message of such a source has one
         _WARNED_SCN.append(value)
