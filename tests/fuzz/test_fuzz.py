@@ -108,6 +108,13 @@ def test_column_names_a_struct_cannot_hold_are_read(name):
     assert not decoded.failures and decoded.events[0].after == {text: 7}
 
 
+def test_canal_table_name_with_a_nul_is_read():
+    fmt = formats.create("canal-json")
+    value = canal().replace(b'"table":"t"', b'"table":"t\\u0000x"')
+    assert compiled_and_python(fmt, value) == (1, [], 1)
+    assert fmt.decode([Record(value=value)]).events[0].table == "t\0x"
+
+
 def debezium(fields: list, after: dict | None = None) -> Record:
     schema = {"type": "struct", "fields": [{"type": "struct", "optional": True, "field": "after", "fields": fields},
                                            {"type": "string", "optional": False, "field": "op"}]}
@@ -139,3 +146,20 @@ def test_shareplex_scn_of_thousands_of_digits():
              b'","trans":"1.1.1","seq":1,"table":"S.T","rowid":"A"},"data":{"ID":"1"}}')
     assert check(fmt, Record(value=value)) is None
     assert len(fmt.decode([Record(value=value)]).events) == 1  # ordered by meta.time, as any SCN that is no number
+
+
+@pytest.mark.parametrize("meta", [b'"idx":"' + b"1" * 5000 + b'/2"', b'"seq":"' + b"1" * 5000 + b'"',
+                                  '"seq":"\u00b2"'.encode()])
+def test_shareplex_meta_numbers_that_are_no_numbers_fail_with_their_reason(meta):
+    fmt = formats.create("shareplex-json")
+    value = (b'{"meta":{"time":"2024-05-01T00:00:00","op":"ins","trans":"1.1.1","table":"S.T","rowid":"A",'
+             + meta + b'},"data":{"ID":"1"}}')
+    assert check(fmt, Record(value=value)) is None
+    assert len(fmt.decode([Record(value=value)]).failures) == 1
+
+
+def test_type_text_with_unicode_digits_is_no_length():
+    from cdclake.types import parse_type
+
+    assert parse_type("varchar(\u00b2)").length is None and parse_type("decimal(10,\u00b2)").scale is None
+

@@ -306,10 +306,10 @@ class _Schema:
         self.fast: msgspec.json.Decoder[Any] | None = None
         self.message: msgspec.json.Decoder[Any] | None = None
         if all(struct_name_ok(c.name) for c in self.columns):  # else only the general path reads the rows
-            row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
+            row_type = msgspec.defstruct("Row", fields, forbid_unknown_fields=True, gc=False)
             if fields:
                 self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
-            self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
+            self.message = _layout_message_decoder("Message", row_type)
 
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
