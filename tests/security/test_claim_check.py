@@ -117,3 +117,30 @@ def test_without_claim_check_dir_nothing_is_read(layout):
     _, outside = layout
     out = decode(str(outside / "x"), "")
     assert not out.events and "claim-check-dir is not set" in out.failures[0].reason
+
+
+def test_cdclake_decode_reads_only_the_configured_claim_checks(layout, tmp_path):
+    """Through the CLI's file reader: the good claim check is applied, each hostile one is reported with its
+    reason, and nothing outside the directory is read (the valid documents beside it would decode)."""
+    from typer.testing import CliRunner
+
+    from cdclake.cli import app
+    from cdclake.records import write_records
+
+    store, outside = layout
+    (store / "ok.json").write_bytes(document())
+    (store / "link.json").symlink_to(outside / "x")
+    locations = ["s3://bucket/ok.json", f"file://{outside}/x", "../outside/x", "/dev/zero", "link.json", "a/.."]
+    records = []
+    for offset, location in enumerate(locations):
+        key = msgspec.json.encode({"ts": 2, "scm": "test", "tbl": "t", "t": 1, "ohk": False, "ccl": location})
+        records.append(msgspec.structs.replace(frame(key.decode(), SMALL), topic="t", offset=offset))
+    path = tmp_path / "in.jsonl"
+    write_records(path, records)
+    result = CliRunner().invoke(app, ["decode", "-f", "ticdc-open", "--option", f"claim-check-dir={store}",
+                                      str(path)])
+    events = [msgspec.json.decode(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [e["after"] for e in events] == [{"a": 7}]
+    assert "6 records: 1 events, 0 skipped, 5 failed" in result.stderr
+    for reason in ("no claim-check file x", "no claim-check file zero", "symbolic link", "plain file name"):
+        assert reason in result.stderr
