@@ -129,6 +129,9 @@ def debezium(fields: list, after: dict | None = None) -> Record:
                 "parameters": {"scale": "9" * 5000}}]), "Decimal scale"),
     (debezium([{"type": "bytes", "field": "a", "name": "org.apache.kafka.connect.data.Decimal",
                 "parameters": {"scale": "x"}}]), "Decimal scale"),
+    (debezium([{"type": "int64", "field": "a", "name": "io.debezium.time.MicroTimestamp", "parameters": {
+        "__debezium.source.column.type": "TIMESTAMP", "__debezium.source.column.length": "9" * 5000}}], {"a": 0}),
+     None),
     (Record(key=b'{"a": 1e99999999999999999999}', value=debezium([{"type": "int32", "field": "a"}], {"a": 1}).value),
      "key is not JSON"),
     (Record(value=b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), "nests deeper"),
@@ -137,7 +140,7 @@ def test_debezium_json_findings_fail_with_their_reason(record, expected):
     fmt = formats.create("debezium-json")
     assert check(fmt, record) is None
     failures = fmt.decode([record]).failures
-    assert len(failures) == 1 and expected in failures[0].reason
+    assert [expected in f.reason for f in failures] == ([] if expected is None else [True])
 
 
 def test_shareplex_scn_of_thousands_of_digits():

@@ -333,6 +333,11 @@ _STRUCTURED_NAME: Final = re.compile(r"(io\.debezium\.time\.Structured(?:Date|Ti
                                      r"Duration))(?:Precision(\d+))?(?:SourceColumn[0-9a-fA-F]*)?")
 
 
+def _count(text: str | None) -> int | None:
+    """A schema parameter that should be a small whole number (a length, a precision), or None."""
+    return int(text) if text and text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def structured(spec: FieldSpec) -> Structured | None:
     if spec.type != "struct" or spec.semantic is None or (match := _STRUCTURED_NAME.fullmatch(spec.semantic)) is None:
         return None
@@ -340,7 +345,7 @@ def structured(spec: FieldSpec) -> Structured | None:
     if name == STRUCTURED_DURATION and spec.param(DURATION_KIND, "elapsed-time") != "elapsed-time":
         return None  # a duration of calendar parts (PostgreSQL INTERVAL) is no TIME: its parts stay JSON text
     stated = spec.param(STRUCTURED_PRECISION) or digits
-    return Structured(name, int(stated) if stated and stated.isdigit() else None)
+    return Structured(name, _count(stated))
 
 
 _STRUCTURED_TYPE_TEXT: Final = {
@@ -379,9 +384,9 @@ def source_type_text(spec: FieldSpec) -> str | None:
     if base in ("enum", "set"):
         return type_text(SqlType(base, base, members=_labels(spec))) if spec.param("allowed") is not None else None
     length, scale = spec.param(SOURCE_LENGTH), spec.param(SOURCE_SCALE)
-    if parse_type(base).family in _TEMPORAL and length is not None and length.isdigit() and int(length) > 6:
+    if parse_type(base).family in _TEMPORAL and (_count(length) or 0) > 6:
         # Some connectors (PostgreSQL) give temporal columns their display size as length, fsp as scale.
-        length, scale = (scale if scale is not None and scale.isdigit() and int(scale) <= 6 else None), None
+        length, scale = (scale if (_count(scale) or 7) <= 6 else None), None
     args = ""
     if length is not None:
         args = f"({length})" if scale is None else f"({length},{scale})"
