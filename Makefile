@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench java crash-matrix
+.PHONY: demo test test-fast lint bench java crash-matrix fuzz
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,8 @@ bench: $(STAMP) java
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/rewrite.py
 	$(BIN)/python benchmarks/serve.py
+
+# FUZZ_COUNT mutants of real records per format through every decoder (tests/fuzz); figures: benchmarks/results.md
+FUZZ_COUNT ?= 1000000
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run --count $(FUZZ_COUNT)

@@ -355,6 +355,8 @@ static const char *scan_taped(Tape *t, const char *p, const char *e, const char 
     return scan_string(p, e, s, n, flags);
 }
 
+static int escapes_valid(const char *s, Py_ssize_t n);
+
 /* Skips one JSON value, checking it as msgspec would (strings must be valid UTF-8); NULL if it is not. Its
  * strings go to tape unless that is NULL. */
 static const char *skip_value(const char *p, const char *e, int depth, Tape *tape) {
@@ -369,6 +371,7 @@ static const char *skip_value(const char *p, const char *e, int depth, Tape *tap
             if (!utf8_valid((const unsigned char *)s, n)) return NULL;
             flags |= UTF8_OK;
         }
+        if (p && (flags & ESCAPED) && !escapes_valid(s, n)) return NULL;
         if (p && tape) tape_add(tape, at, s, n, flags);
         return p;
     case '{':
@@ -509,6 +512,26 @@ static int unescape(Buf *out, const char *s, Py_ssize_t n) {
         if (put1(out, r)) return FAILED;
     }
     return HANDLED;
+}
+
+/* Whether msgspec reads a string's escapes (what unescape reads without leaving it): skip_value checks the
+ * strings of members nobody reads with it, so that a message msgspec refuses is never decoded here. */
+static int escapes_valid(const char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] != '\\') continue;
+        if (++i >= n) return 0;
+        if (strchr("\"\\/bfnrt", s[i]) && s[i]) continue;
+        uint32_t cp, low;
+        if (s[i] != 'u' || i + 4 >= n || !hex4(s + i + 1, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return 0;
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (i + 6 >= n || s[i + 1] != '\\' || s[i + 2] != 'u' || !hex4(s + i + 3, &low) || low < 0xDC00 ||
+                low > 0xDFFF)
+                return 0;
+            i += 6;
+        }
+    }
+    return 1;
 }
 
 static const char HEX[] = "0123456789abcdef";
@@ -785,8 +808,9 @@ static int put_value(Buf *b, Buf *scratch, int kind, PyObject *labels, const cha
     case K_INT: {
         const char *d = s + (n && *s == '-');
         Py_ssize_t digits = n - (d - s);
-        /* only the canonical spelling is copied: "-0", "007" and the like are Python's to normalise */
-        if (!ascii_digits(d, digits) || (*d == '0' && (digits > 1 || d != s))) return LEFT;
+        /* only the canonical spelling is copied: "-0", "007" and the like are Python's to normalise, and
+         * numbers longer than any integer column holds (Python refuses those of thousands of digits) */
+        if (digits > 20 || !ascii_digits(d, digits) || (*d == '0' && (digits > 1 || d != s))) return LEFT;
         return put(b, s, n) ? FAILED : HANDLED;
     }
     case K_FLOAT: {

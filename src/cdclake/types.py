@@ -106,9 +106,10 @@ def parse_type(text: str | None) -> SqlType:
     length = scale = None
     if args:
         numbers = [a.strip() for a in args.split(",")]
-        if numbers[0].isdigit():
+        # Type text is message content: a length of thousands of digits is no length (and int() refuses it).
+        if numbers[0].isascii() and numbers[0].isdigit() and len(numbers[0]) <= 18:
             length = int(numbers[0])
-        if len(numbers) > 1 and numbers[1].isdigit():
+        if len(numbers) > 1 and numbers[1].isascii() and numbers[1].isdigit() and len(numbers[1]) <= 18:
             scale = int(numbers[1])
     return SqlType(name, family, length, scale, unsigned)
 

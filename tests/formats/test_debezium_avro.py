@@ -467,3 +467,34 @@ def test_an_unreachable_registry_stops_the_run(kind: str) -> None:
         value = confluent.frame(1, b"\x02")
     with pytest.raises(confluent.RegistryError, match=r"failed while fetching|could not be reached"):
         fmt.decode([Record(value=value)])
+
+
+def test_array_and_map_items_take_their_canonical_form(tmp_path: Path) -> None:
+    """Avro arrays and maps of Debezium's temporal and decimal items: each item in its canonical form."""
+    date = {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Date"}
+    micro_ts = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}
+    decimal = {"type": "bytes", "scale": 2, "precision": 10, "connect.version": 1, "logicalType": "decimal",
+               "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+               "connect.name": "org.apache.kafka.connect.data.Decimal"}
+    fields = [
+        ("dates", {"type": "array", "items": ["null", date]}, [19000, None], '["2022-01-08",null]'),
+        ("mts", ["null", {"type": "array", "items": micro_ts}], [1_700_000_000_123_456],
+         '["2023-11-14 22:13:20.123456"]'),
+        ("mt", {"type": "array", "items": {"type": "long", "connect.name": "io.debezium.time.MicroTime"}},
+         [3_723_000_001], '["01:02:03.000001"]'),
+        ("decs", {"type": "array", "items": decimal}, [b"\x04\xd2", b"\xfb"], '["12.34","-0.05"]'),
+        ("m", {"type": "map", "values": ["null", micro_ts]}, {"a": 0, "b": None},
+         '{"a":"1970-01-01 00:00:00.000000","b":null}'),
+        ("bins", {"type": "array", "items": "bytes"}, [b"\x00\x01"], '["AAE="]'),
+    ]
+    value_schema = {"type": "record", "name": "Envelope", "namespace": "s.db.t", "fields": [
+        {"name": "after", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": n, "type": t} for n, t, *_ in fields]}], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
+            {"name": "db", "type": "string"}, {"name": "table", "type": "string"}, {"name": "ts_ms", "type": "long"}]}},
+        {"name": "op", "type": "string"}]}
+    fmt = DebeziumAvro(registry=registry_dir(tmp_path, {6: value_schema}))
+    datum = {"after": {n: wire for n, _, wire, _ in fields}, "source": {"db": "db", "table": "t", "ts_ms": 7},
+             "op": "c"}
+    event = only_event(fmt, Record(value=framed(value_schema, 6, datum)))
+    assert event.after == {n: text for n, _, _, text in fields}

@@ -900,3 +900,37 @@ def test_simulated_workload_reaches_the_expected_state(options: dict[str, str]) 
     result = DebeziumJson(**options).decode(generated.records)
     assert not result.failures and result.skipped > 0
     assert workload.diff_states(generated.expected, workload.fold(result.events)) == []
+
+
+def test_array_and_map_items_take_their_canonical_form() -> None:
+    """PostgreSQL arrays of temporal and decimal items (Debezium names their items' schemas): each item as the
+    column of that type would hold it, not as its day/microsecond count."""
+    def items(name: str, item: dict[str, Any]) -> dict[str, Any]:
+        return field(name, "array") | {"items": item}
+
+    date, micro_ts = field("", "int32", "io.debezium.time.Date"), field("", "int64", "io.debezium.time.MicroTimestamp")
+    fields = [
+        (items("dates", date), [19000, None, -1], '["2022-01-08",null,"1969-12-31"]'),
+        (items("mts", micro_ts), [1_000_000, 1_700_000_000_123_456],
+         '["1970-01-01 00:00:01.000000","2023-11-14 22:13:20.123456"]'),
+        (items("mt", field("", "int64", "io.debezium.time.MicroTime")), [3_723_000_001], '["01:02:03.000001"]'),
+        (items("ts", field("", "int64", "io.debezium.time.Timestamp")), [1_500], '["1970-01-01 00:00:01.500000"]'),
+        (items("nts", field("", "int64", "io.debezium.time.NanoTimestamp")), [1_500_000_123],
+         '["1970-01-01 00:00:01.500000"]'),
+        (items("zts", field("", "string", "io.debezium.time.ZonedTimestamp")), ["2018-06-20T21:37:03+08:00"],
+         '["2018-06-20T13:37:03Z"]'),
+        (items("t", field("", "int32", "io.debezium.time.Time")), [36_930_500], '["10:15:30.500000"]'),
+        (items("nt", field("", "int64", "io.debezium.time.NanoTime")), [1_000], '["00:00:00.000001"]'),
+        (items("dec", field("", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2")), ["BNI=", "+w=="],
+         '["12.34","-0.05"]'),
+        (items("vsd", field("", "struct", "io.debezium.data.VariableScaleDecimal") | {"fields": [
+            field("scale", "int32", optional=False), field("value", "bytes", optional=False)]}),
+         [{"scale": 3, "value": "BNI="}], '["1.234"]'),
+        (items("nested", items("", date)), [[0, 1], []], '[["1970-01-01","1970-01-02"],[]]'),
+        (field("m", "map") | {"keys": {"type": "string"}, "values": micro_ts}, {"a": 0, "b": None},
+         '{"a":"1970-01-01 00:00:00.000000","b":null}'),
+        (items("ints", field("", "int32")), [1, 2], "[1,2]"),
+    ]
+    event = decode_one(message([f for f, *_ in fields], after={f["field"]: wire for f, wire, _ in fields}))
+    assert event.after == {f["field"]: text for f, _, text in fields}
+    assert {c.type for c in event.columns or []} == {"json"}

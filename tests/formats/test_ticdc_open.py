@@ -506,24 +506,33 @@ def test_claim_check_reads_the_stored_event(tmp_path):
     (tmp_path / "abc.json").write_bytes(claim_check_document(full))
     small = '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}},"p":{"a":{"t":1,"h":true,"f":11,"v":1}}}'
     ccl_key = '{"ts":2,"scm":"test","tbl":"t","t":1,"ohk":false,"ccl":"%s"}'
-    by_path = one(frame((ccl_key % (tmp_path / "abc.json"), small)))
-    by_url = one(frame((ccl_key % f"file://{tmp_path}/abc.json", small)))
-    by_dir = one(frame((ccl_key % "s3://bucket/prefix/abc.json", small)), **{"claim-check-dir": str(tmp_path)})
     direct = one(full)
-    for event in (by_path, by_url, by_dir):
+    # only the base name of the location counts, whatever it says before it (as TiCDC's consumer reads it)
+    for location in ("s3://bucket/prefix/abc.json", "abc.json", f"file://{tmp_path}/abc.json"):
+        event = one(frame((ccl_key % location, small)), **{"claim-check-dir": str(tmp_path)})
         assert (event.op, event.before, event.after, event.position) == (direct.op, direct.before, direct.after,
                                                                          direct.position)
 
 
+def test_claim_check_without_claim_check_dir_is_not_read(tmp_path):
+    # a location naming a readable local file used to be read when no claim-check-dir was set
+    full = frame((KEY_FOR.format(ts=2), UPDATE_VALUE))
+    (tmp_path / "abc.json").write_bytes(claim_check_document(full))
+    ccl_key = '{"ts":2,"scm":"test","tbl":"t","t":1,"ohk":false,"ccl":"%s"}' % (tmp_path / "abc.json")
+    reason = failure(frame((ccl_key, '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')))
+    assert "claim-check-dir is not set" in reason and str(tmp_path / "abc.json") in reason
+
+
 def test_claim_check_that_cannot_be_read(tmp_path):
     ccl_key = '{"ts":2,"scm":"test","tbl":"t","t":1,"ohk":false,"ccl":"s3://bucket/abc.json"}'
-    reason = failure(frame((ccl_key, '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')))
-    assert "claim-check" in reason and "s3://bucket/abc.json" in reason
-    delete = one(frame((ccl_key, '{"d":{"a":{"t":1,"h":true,"f":11,"v":1}}}')))
+    store = {"claim-check-dir": str(tmp_path)}
+    reason = failure(frame((ccl_key, '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **store)
+    assert "no claim-check file abc.json" in reason and "s3://bucket/abc.json" in reason
+    delete = one(frame((ccl_key, '{"d":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **{"claim-check-dir": str(tmp_path)})
     assert (delete.op, delete.before) == ("d", {"a": 1})  # the key is all a delete needs
     (tmp_path / "bad.json").write_text("not json")
-    reason = failure(frame((ccl_key.replace("s3://bucket/abc.json", str(tmp_path / "bad.json")),
-                            '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')))
+    reason = failure(frame((ccl_key.replace("s3://bucket/abc.json", "bad.json"),
+                            '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}')), **{"claim-check-dir": str(tmp_path)})
     assert "not a claim-check document" in reason
 
 

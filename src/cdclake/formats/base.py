@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
@@ -152,10 +153,21 @@ class Format:
         raise NotImplementedError
 
 
+_UNNAMEABLE = re.compile(r'["\\\x00-\x1f]')
+
+
+def struct_name_ok(name: str) -> bool:
+    """Whether a msgspec struct field can be renamed to ``name``: msgspec refuses quotes, backslashes and
+    control characters, which upstream column names may hold (such rows are read as plain objects)."""
+    return _UNNAMEABLE.search(name) is None
+
+
 def reason(exc: BaseException) -> str:
     """A one-line reason for a person: the message of our own errors, the type and message otherwise."""
     if isinstance(exc, DecodeError | ValueError) and str(exc):
         return str(exc)
+    if isinstance(exc, RecursionError):  # only a message's nesting (JSON, a schema) recurses that deep
+        return "the message nests deeper than it can be decoded"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -75,7 +75,17 @@ from cdclake.events import (
     Source,
     pad_position,
 )
-from cdclake.formats.base import CompiledRows, Decoded, DecodeError, Failure, Format, Option, layout_id, reason
+from cdclake.formats.base import (
+    CompiledRows,
+    Decoded,
+    DecodeError,
+    Failure,
+    Format,
+    Option,
+    layout_id,
+    reason,
+    struct_name_ok,
+)
 from cdclake.records import Record
 from cdclake.types import SqlType, parse_type
 
@@ -293,11 +303,13 @@ class _Schema:
                            msgspec.field(name=col.name, default=msgspec.UNSET)))
         self.convs: tuple[tuple[str, Converter, SqlType], ...] = tuple(convs)
         self.post: tuple[tuple[str, Converter], ...] = tuple(post)
-        row_type = msgspec.defstruct(f"Row_{database}_{table}", fields, forbid_unknown_fields=True, gc=False)
         self.fast: msgspec.json.Decoder[Any] | None = None
-        if fields:
-            self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
-        self.message = _layout_message_decoder(f"Message_{database}_{table}", row_type)
+        self.message: msgspec.json.Decoder[Any] | None = None
+        if all(struct_name_ok(c.name) for c in self.columns):  # else only the general path reads the rows
+            row_type = msgspec.defstruct("Row", fields, forbid_unknown_fields=True, gc=False)
+            if fields:
+                self.fast = msgspec.json.Decoder(list[row_type] | None, strict=False)  # type: ignore[valid-type]
+            self.message = _layout_message_decoder("Message", row_type)
 
     def rows(self, raw: msgspec.Raw, member: str) -> tuple[list[Row] | None, list[str]]:
         """The rows of ``data`` or ``old`` as canonical values, and the names of columns they carry that
@@ -663,6 +675,8 @@ class CanalJson(Format):
                      source: Source | None) -> list[ChangeEvent] | None:
         """The events of a row message of ``schema``'s layout, decoded in one pass; ``None`` for any other
         message and for anything unusual, which the general path then decodes (and reports)."""
+        if schema.message is None:
+            return None
         try:
             msg = schema.message.decode(value)
         except Exception:

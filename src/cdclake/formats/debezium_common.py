@@ -276,7 +276,7 @@ def connect_spec(schema: Any, name: str = "") -> FieldSpec:
         raise DecodeError(f"schema of field {name or '<root>'!r} is not an object")
     kind = schema.get("type")
     field_name = schema.get("field", name)
-    if kind not in CONNECT_TYPES:
+    if not isinstance(kind, str) or kind not in CONNECT_TYPES:
         raise DecodeError(f"field {field_name or '<root>'!r} has unknown Connect type {kind!r}")
     params = schema.get("parameters") or {}
     if not isinstance(params, dict):
@@ -288,6 +288,8 @@ def connect_spec(schema: Any, name: str = "") -> FieldSpec:
         if not isinstance(members, list):
             raise DecodeError(f"struct {field_name or '<root>'!r} has no fields list")
         fields = tuple(connect_spec(member) for member in members)
+        if len({f.name for f in fields}) != len(fields):
+            raise DecodeError(f"struct {field_name or '<root>'!r} names a field twice")
     elif kind == "array":
         items = connect_spec(schema.get("items"), f"{field_name}[]")
     elif kind == "map":
@@ -331,6 +333,11 @@ _STRUCTURED_NAME: Final = re.compile(r"(io\.debezium\.time\.Structured(?:Date|Ti
                                      r"Duration))(?:Precision(\d+))?(?:SourceColumn[0-9a-fA-F]*)?")
 
 
+def _count(text: str | None) -> int | None:
+    """A schema parameter that should be a small whole number (a length, a precision), or None."""
+    return int(text) if text and text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def structured(spec: FieldSpec) -> Structured | None:
     if spec.type != "struct" or spec.semantic is None or (match := _STRUCTURED_NAME.fullmatch(spec.semantic)) is None:
         return None
@@ -338,7 +345,7 @@ def structured(spec: FieldSpec) -> Structured | None:
     if name == STRUCTURED_DURATION and spec.param(DURATION_KIND, "elapsed-time") != "elapsed-time":
         return None  # a duration of calendar parts (PostgreSQL INTERVAL) is no TIME: its parts stay JSON text
     stated = spec.param(STRUCTURED_PRECISION) or digits
-    return Structured(name, int(stated) if stated and stated.isdigit() else None)
+    return Structured(name, _count(stated))
 
 
 _STRUCTURED_TYPE_TEXT: Final = {
@@ -377,9 +384,9 @@ def source_type_text(spec: FieldSpec) -> str | None:
     if base in ("enum", "set"):
         return type_text(SqlType(base, base, members=_labels(spec))) if spec.param("allowed") is not None else None
     length, scale = spec.param(SOURCE_LENGTH), spec.param(SOURCE_SCALE)
-    if parse_type(base).family in _TEMPORAL and length is not None and length.isdigit() and int(length) > 6:
+    if parse_type(base).family in _TEMPORAL and (_count(length) or 0) > 6:
         # Some connectors (PostgreSQL) give temporal columns their display size as length, fsp as scale.
-        length, scale = (scale if scale is not None and scale.isdigit() and int(scale) <= 6 else None), None
+        length, scale = (scale if (_count(scale) or 7) <= 6 else None), None
     args = ""
     if length is not None:
         args = f"({length})" if scale is None else f"({length},{scale})"
@@ -596,7 +603,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if semantic == ISO_TIMESTAMP:
         return lambda v: _fit_fraction(_strip_zone(v).replace("T", " "), fsp)
     if semantic == DECIMAL:
-        return _decimal_converter(int(spec.param("scale", "0") or 0), t, to_bytes)
+        return _decimal_converter(_scale(spec), t, to_bytes)
     if semantic == VARIABLE_DECIMAL:
         return lambda v: V.decimal_from_unscaled(to_bytes(v["value"]), int(v["scale"]))
     if semantic == BITS:
@@ -643,8 +650,49 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     if kind == "bytes":
         return None if wire.base64_bytes else V.b64
     if kind in ("struct", "array", "map"):
-        return _json_value
+        nested = _nested(spec, wire)
+        return _json_value if nested is None else lambda v: _json_value(nested(v))
     return None
+
+
+_SEMANTIC_STRUCTS: Final = frozenset((VARIABLE_DECIMAL, GEOMETRY, GEOGRAPHY, POINT))
+
+
+def _nested(spec: FieldSpec, wire: Wire) -> Conv | None:
+    """The canonical value of a value inside an array, map or struct column (a PostgreSQL DATE[] item, a
+    Decimal map value), before the column becomes JSON text; None where the wire value already is canonical."""
+    kind = spec.type
+    if kind == "array" and spec.semantic not in (FLOAT_VECTOR, DOUBLE_VECTOR):
+        item = None if spec.items is None else _nested(spec.items, wire)
+        if item is None:
+            return None
+        return lambda v: [x if x is None else item(x) for x in v]
+    if kind == "map":
+        value = None if spec.items is None else _nested(spec.items, wire)
+        if value is None:
+            return None
+
+        def entries(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                return {k: x if x is None else value(x) for k, x in v.items()}
+            # a map whose keys are not strings: the JSON converter writes [key, value] pairs
+            return [[k, x if x is None else value(x)] for k, x in v]
+
+        return entries
+    if kind == "struct" and structured(spec) is None and spec.semantic not in _SEMANTIC_STRUCTS:
+        members = {f.name: conv for f in spec.fields if (conv := _nested(f, wire)) is not None}
+        if not members:
+            return None
+        return lambda v: {k: x if x is None or k not in members else members[k](x) for k, x in v.items()}
+    return converter(spec, parse_type(wire_type_text(spec)), wire)
+
+
+def _scale(spec: FieldSpec) -> int:
+    """A Decimal schema's scale parameter, which the message states."""
+    text = spec.param("scale", "0") or "0"
+    if not re.fullmatch(r"-?[0-9]{1,4}", text):
+        raise DecodeError(f"field {spec.name!r}: Decimal scale {text[:40]!r} is not a whole number")
+    return int(text)
 
 
 def _decimal_converter(scale: int, t: SqlType, to_bytes: Conv) -> Conv:

@@ -27,7 +27,7 @@ import msgspec
 
 from cdclake import types as T
 from cdclake.events import ChangeEvent, Column, Row
-from cdclake.formats.base import DecodeError, Option
+from cdclake.formats.base import DecodeError, Option, struct_name_ok
 from cdclake.formats.debezium_common import (
     DECIMAL,
     DebeziumFormat,
@@ -88,10 +88,13 @@ def _value_type(spec: FieldSpec) -> Any:
     return py if py is Any else py | None
 
 
-def _row_type(spec: FieldSpec, name: str, exact: bool) -> type[msgspec.Struct]:
+def _row_type(spec: FieldSpec, name: str, exact: bool) -> Any:
     """A row's payload type; ``exact``: every field present and no other, so that a row of another column list
     fails to decode instead of reading as this one (a schema in the message says which list it is; a stated
-    one does not)."""
+    one does not). Column names a struct cannot be renamed to (a quote, a backslash, a control character) are
+    legal upstream: such a row is read as a plain object, without the ``exact`` check."""
+    if not all(struct_name_ok(f.name) for f in spec.fields):
+        return dict[str, Any]
     fields: list[Any] = [(f"f{i}", _value_type(f)) if exact else (f"f{i}", _value_type(f), None)
                          for i, f in enumerate(spec.fields)]
     # gc=False: rows hold only scalars (and plain containers), so the collector need not track them.
@@ -107,7 +110,7 @@ class _Table:
     def __init__(self, schema: bytes, wire: Wire, exact: bool = False) -> None:
         try:
             envelope = connect_spec(msgspec.json.decode(schema))
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ArithmeticError) as exc:  # ArithmeticError: a number too large for a Decimal
             raise DecodeError(f"value schema is not JSON: {exc}") from None
         before, after = envelope_rows(envelope)
         self.before = RowShape(before, wire) if before is not None else None
@@ -131,6 +134,10 @@ def _row(shape: RowShape | None, row: Any) -> Row | None:
         return None
     if shape is None:
         return row
+    if isinstance(row, dict):
+        if not all(isinstance(name, str) for name in row):
+            raise DecodeError("row is not an object of column names")
+        return shape.convert([row.get(name) for name in shape.wire_names])
     return shape.convert(list(msgspec.structs.astuple(row)))
 
 
@@ -207,7 +214,7 @@ class DebeziumJson(DebeziumFormat):
         if last is not None and last[1].decoder is not None and value.startswith(last[2]) and value.endswith(b"}"):
             try:
                 envelope = last[1].decoder.decode(memoryview(value)[len(last[2]):-1])
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, ArithmeticError):
                 pass  # not the compact form after all: the full path below reads it, or says what is wrong
             else:
                 return self._row_events(record, last[1], envelope)
@@ -215,13 +222,13 @@ class DebeziumJson(DebeziumFormat):
         if stated is not None:  # a schemaless message most likely has the layout of the one before it
             try:
                 envelope = stated[1].decoder.decode(value)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, ArithmeticError):
                 envelope = None  # another column list, or not of a stated table: the path below sees which
             if envelope is not None and envelope.source is not None and _table_of(envelope.source) == stated[0]:
                 return self._row_events(record, stated[1], envelope)
         try:
             message = _message_decoder.decode(value)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ArithmeticError) as exc:
             if value.strip() == b"null":
                 return []
             raise DecodeError(f"value is not a Debezium JSON message: {exc}") from None
@@ -230,7 +237,7 @@ class DebeziumJson(DebeziumFormat):
             if stated is not None:
                 try:
                     return self._row_events(record, stated, stated.decoder.decode(value))
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, ArithmeticError) as exc:
                     raise DecodeError(f"payload does not fit the column-types: {exc}") from None
             return self._row_events(record, None, message)
         payload, schema = message.payload, message.schema
@@ -240,7 +247,7 @@ class DebeziumJson(DebeziumFormat):
         decoder = _message_decoder if table is None or table.decoder is None else table.decoder
         try:
             envelope = decoder.decode(payload)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ArithmeticError) as exc:
             raise DecodeError(f"payload: {exc}") from None
         return self._row_events(record, table if decoder is not _message_decoder else None, envelope)
 
@@ -309,7 +316,7 @@ class DebeziumJson(DebeziumFormat):
     def _key(self, data: bytes, shape: RowShape | None) -> Row | None:
         try:
             message = _key_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ArithmeticError) as exc:
             raise DecodeError(f"key is not JSON: {exc}") from None
         if message is None:
             return None

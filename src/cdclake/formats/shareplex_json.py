@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Final
@@ -127,10 +128,13 @@ class _Operation(msgspec.Struct, gc=False):
         return "%020d/%s/%020d" % (self.scn, self.trans or "", self.seq if self.seq is not None else offset)  # noqa: UP031
 
 
+_DIGITS: Final = re.compile(r"[0-9]{1,40}")  # a number of meta, as SharePlex writes it (an SCN has at most 20 digits)
+
+
 def _number(value: int | str | None, member: str) -> int | None:
     if value is None or isinstance(value, int):
         return value
-    if not value.isdigit():
+    if not _DIGITS.fullmatch(value):
         raise DecodeError(f"meta.{member} {value[:40]!r} is not a number")
     return int(value)
 
@@ -142,7 +146,7 @@ def _scn(value: int | str | None) -> int | None:
     """``meta.scn`` as a number, or None where a non-Oracle source sent something else (spec §2)."""
     if not isinstance(value, str):
         return value
-    if value.isdigit():
+    if _DIGITS.fullmatch(value):
         return int(value)
     if not _WARNED_SCN:  # once per process: every message of such a source has one
         _WARNED_SCN.append(value)
@@ -181,7 +185,7 @@ def _read(value: bytes) -> _Operation:
     seq, size = _number(meta.seq, "seq"), _number(meta.size, "size")
     if meta.idx is not None:
         first, slash, second = meta.idx.partition("/")
-        if not (slash and first.isdigit() and second.isdigit()):
+        if not (slash and _DIGITS.fullmatch(first) and _DIGITS.fullmatch(second)):
             raise DecodeError(f"meta.idx {meta.idx!r} is not seq/size")
         if (seq is not None and seq != int(first)) or (size is not None and size != int(second)):
             raise DecodeError(f"meta.idx {meta.idx!r} disagrees with seq {seq} and size {size}")

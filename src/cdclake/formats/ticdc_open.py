@@ -19,10 +19,11 @@ Decoding choices, documented for users:
 - A partial ``p`` (``only-output-updated-columns``) is completed from ``u``. A key-only ``d``
   (``delete-only-output-handle-key-columns`` or handle-key-only mode) is a complete delete.
 - Handle-key-only insert/update events (``ohk``) lack the row; they fail, naming the reason, unless the key
-  carries a claim-check location (``ccl``) that can be read from the local file system: then the stored
-  full record is decoded instead. ``claim-check-dir`` names the directory holding the claim-check files
-  (TiCDC's consumer reads the last path element of ``ccl`` from its configured storage); without it ``ccl``
-  itself is read when it is a local path or a ``file://`` URL.
+  carries a claim-check location (``ccl``) whose file is in the directory ``claim-check-dir``: then the stored
+  full record is decoded instead. As TiCDC's consumer does, only the last path element of ``ccl`` is used, as
+  a file name in that directory (see :mod:`cdclake.formats.claim_check`); the location itself is never
+  opened. Without ``claim-check-dir``, or when the file is absent, a delete is decoded from its key and an
+  insert or update fails saying why.
 - Column types are MySQL type text derived from the type code and flags (``bigint unsigned``,
   ``varbinary``, ``mediumtext``, …); lengths, scales and ENUM/SET members are not in the message, so ENUM
   and SET values stay integers (index, bitmask). ``key`` columns are those flagged as TiCDC's handle key
@@ -43,15 +44,12 @@ import binascii
 import hashlib
 import json
 import math
-import os
 import re
 import struct
 import unicodedata
 from collections.abc import Callable, Iterable
 from functools import partial
-from pathlib import Path
 from typing import Any, Final
-from urllib.parse import unquote, urlparse
 
 import msgspec
 
@@ -73,6 +71,7 @@ from cdclake.events import (
     complete_before,
     pad_position,
 )
+from cdclake.formats import claim_check
 from cdclake.formats.base import DecodeError, Format, Option
 from cdclake.records import Record
 
@@ -559,8 +558,9 @@ class TicdcOpen(Format):
         Option("legacy-base64", True, "Columns without flags (earliest releases) carry CHAR/VARCHAR as base64"),
         Option("strict-values", False, "Fail a record whose value does not fit its type code "
                "(default: keep it as sent, as TiCDC's own decoders do)"),
-        Option("claim-check-dir", "", "Local directory holding claim-check files (default: read the ccl "
-               "location itself when it is a local path or file:// URL)"),
+        Option("claim-check-dir", "", "Local directory holding TiCDC's claim-check files, read by the last "
+               "path element of each message's ccl (empty: claim-check events are not read)"),
+        Option("claim-check-max-bytes", claim_check.DEFAULT_MAX_BYTES, "Largest claim-check file read"),
         Option("max-batch-size", 16, "Encoder: most row events in one Kafka record"),
         Option("max-message-bytes", 10 * 1024 * 1024, "Encoder: most bytes of key plus value in one record"),
     )
@@ -677,8 +677,12 @@ class TicdcOpen(Format):
             return self._ddl(key, body, key_json, raw, index)
         if key.ccl is not None and allow_claim_check:
             full = self._claim_check(key, index)
-            if full is not None:
+            if isinstance(full, ChangeEvent):
                 return full
+            if body.d is None:
+                raise DecodeError(f"event {index} ({key.scm}.{key.tbl}): handle-key-only event with claim-check "
+                                  f"location {key.ccl!r}: {full}; the full row exists only there or upstream "
+                                  f"(TiDB snapshot at ts {key.ts})")
         try:
             return self._row(key, body)
         except DecodeError as exc:
@@ -819,32 +823,28 @@ class TicdcOpen(Format):
         self._plans[shape] = plan
         return plan
 
-    def _claim_check(self, key: _Key, index: int) -> ChangeEvent | None:
-        """The full event stored at the claim-check location, or None when it cannot be read locally."""
+    def _claim_check(self, key: _Key, index: int) -> ChangeEvent | str:
+        """The full event stored at the claim-check location, or why it is not available (no claim-check
+        directory, no such file there); a location or file that must not be read is a DecodeError."""
         location = key.ccl or ""
         directory = self.settings["claim-check-dir"]
-        if directory:
-            path = Path(directory) / location.rstrip("/").rsplit("/", 1)[-1]
-        else:
-            parsed = urlparse(location)
-            if parsed.scheme == "file":
-                path = Path(unquote(parsed.path))
-            elif parsed.scheme in ("", ) or (len(parsed.scheme) == 1 and os.name == "nt"):
-                path = Path(location)
-            else:
-                return None
+        if not directory:
+            return "option claim-check-dir is not set, so claim-check files are not read"
         try:
-            document = path.read_bytes()
-        except OSError:
-            return None
+            document = claim_check.read_claim_check(directory, location, self.settings["claim-check-max-bytes"])
+        except DecodeError as exc:
+            raise DecodeError(f"event {index}: {exc}") from None
+        name = claim_check.claim_check_name(location)
+        if document is None:
+            return f"no claim-check file {name} in claim-check-dir"
         try:
             stored = _claim_decoder.decode(document)
             full_key, full_value = base64.b64decode(stored.key), base64.b64decode(stored.value)
         except (msgspec.DecodeError, binascii.Error) as exc:
-            raise DecodeError(f"event {index}: claim-check file {path} is not a claim-check document: {exc}") from None
+            raise DecodeError(f"event {index}: claim-check file {name} is not a claim-check document: {exc}") from None
         events = self._decode_pair(full_key, full_value, allow_claim_check=False)
         if len(events) != 1 or events[0].kind != ROW:
-            raise DecodeError(f"event {index}: claim-check file {path} does not hold exactly one row event")
+            raise DecodeError(f"event {index}: claim-check file {name} does not hold exactly one row event")
         return events[0]
 
     # -- encoding ------------------------------------------------------------------------------------------
