@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import signal
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from cdclake import formats
 from cdclake.events import to_json
@@ -21,10 +24,43 @@ from cdclake.records import FileLine, Record, read_file, write_records
 if TYPE_CHECKING:
     from cdclake.sources.kafka import ClientSettings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+
+class _PlainHelp:
+    """Help texts shown as written: rich would read ``[/REGISTRY]`` or ``[default: 600]`` in them as markup (and
+    crash on the first, drop the second)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = self.help and escape(self.help)
+        for param in self.params:
+            if getattr(param, "help", None):
+                param.help = escape(param.help)
+
+
+class _Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class _Group(_PlainHelp, TyperGroup):
+    pass
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group,
                   help="Database change streams from Kafka into correct Delta Lake tables, on Spark.")
 
 BATCH = 10_000
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cdclake {importlib.metadata.version('cdclake')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False) -> None:
+    pass
 
 FormatName = Annotated[str, typer.Option("--format", "-f", help="Wire format: " + ", ".join(formats.names()))]
 OptionPairs = Annotated[list[str] | None, typer.Option(
@@ -582,6 +618,10 @@ def serve(
     except Exception as exc:
         raise _fail(f"serve: {exc}") from None
     typer.echo("cdclake: the Spark Connect server stopped", err=True)
+
+
+for _info in app.registered_commands:  # every command's help shown as written (see _PlainHelp)
+    _info.cls = _Command if _info.cls is TyperCommand else _info.cls
 
 
 def main() -> None:
