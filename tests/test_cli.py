@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import socket
+
+import pyarrow as pa
 import typer.main
 import typer.rich_utils
+from click.testing import Result
+from deltalake import write_deltalake
 from typer.testing import CliRunner
 
-from cdclake.cli import app
+from cdclake.cli import UNREACHABLE, USAGE, app
+from cdclake.sinks.delta import DeltaSink
 
 
 def test_every_command_renders_its_help_with_each_options_help_and_default(monkeypatch):
@@ -33,3 +39,48 @@ def test_every_command_renders_its_help_with_each_options_help_and_default(monke
 def test_version():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("cdclake 0.")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again on return: nothing listens there
+
+
+def _one_line_error(result: Result, code: int, text: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert isinstance(result.exception, SystemExit), result.exception  # said, not crashed
+    assert result.output.startswith("cdclake: ") and len(result.output.splitlines()) == 1, result.output
+    assert text in result.output, result.output
+
+
+def test_kafka_unreachable_is_not_a_usage_error(tmp_path):
+    result = CliRunner().invoke(app, [
+        "run", "--format", "canal-json", "--kafka", f"127.0.0.1:{_closed_port()}", "--topic", "t",
+        "--lake", str(tmp_path / "lake"), "--kafka-retry-seconds", "1"])
+    _one_line_error(result, UNREACHABLE, "unreachable")
+    assert UNREACHABLE == 4
+
+
+def test_kafka_flags_with_an_input_directory_are_an_error(tmp_path):
+    (tmp_path / "in").mkdir()
+    for flags in (["--connector", "spark"], ["--topic", "t"], ["--starting-offsets", "latest"]):
+        result = CliRunner().invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"),
+                                          "--lake", str(tmp_path / "lake"), *flags])
+        _one_line_error(result, USAGE, f"{flags[0]} for Kafka: --input reads files")
+    assert not (tmp_path / "lake").exists()  # refused before anything was made
+
+
+def test_commands_on_a_lake_refuse_a_directory_that_is_none(tmp_path):
+    write_deltalake(str(tmp_path / "someone" / "table"), pa.table({"id": [1]}))  # a Delta table, not a lake
+    for command in (["status"], ["maintain"], ["dead-letters"]):
+        result = CliRunner().invoke(app, [*command, str(tmp_path)])
+        _one_line_error(result, USAGE, f"{tmp_path}: not a cdclake lake")
+
+
+def test_dead_letters_of_a_pipeline_the_lake_does_not_know(tmp_path):
+    DeltaSink(str(tmp_path), "shop.orders").record_progress({"tables": {}}, 0)
+    result = CliRunner().invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "nope"])
+    _one_line_error(result, USAGE, "has no pipeline 'nope' (its pipelines: shop)")
+    known = CliRunner().invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "shop"])
+    assert known.exit_code == 0 and "0 dead letters" in known.output, known.output

@@ -50,6 +50,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group,
 
 BATCH = 10_000
 
+# Exit codes, one meaning each (README, "Exit codes"): scripts and schedulers tell a typo from an outage.
+DATA_ERRORS = 1  # records that could not be decoded or applied (beyond the tolerance), rows that failed a check
+USAGE = 2  # a flag, file or path that is wrong: running again as it is fails again
+STOPPED_TABLES = 3  # tables stopped (see README, "DDL"): the other tables are up to date
+UNREACHABLE = 4  # Kafka, a schema registry or storage could not be reached, or refused the run
+INTERRUPTED = 130  # a signal ended a run that was to stop by itself
+
 
 def _print_version(value: bool) -> None:
     if value:
@@ -77,9 +84,9 @@ KafkaRetrySeconds = Annotated[float | None, typer.Option(
          "[default: 600].")]
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = USAGE) -> typer.Exit:
     typer.echo(f"cdclake: {message}", err=True)
-    return typer.Exit(2)
+    return typer.Exit(code)
 
 
 def _require_files(paths: list[Path]) -> None:
@@ -94,7 +101,7 @@ def _require_lake(lake: Path) -> None:
     if not lake.is_dir():
         raise _fail(f"{lake}: no such lake directory")
     if not S.is_lake(str(lake)):
-        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
+        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory: no run has written to it)")
 
 
 def _batches(paths: list[Path]) -> Iterator[list[FileLine]]:
@@ -142,8 +149,7 @@ def decode(
             result = fmt.decode(good, more=batch is not None)
         except fmt.fatal as exc:  # e.g. a schema registry that is down, or corruption-handling=error
             out.flush()
-            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise _fail(f"{format_name}: stopped: {exc}", _stopping_code(type(exc).__name__)) from None
         for event in result.events:
             out.write(to_json(event) + b"\n")
         events += len(result.events)
@@ -220,6 +226,10 @@ def run(
         else:
             if not (format_name and lake) or (input_dir is None) == (kafka_servers is None):
                 raise ValueError("give PIPELINE.toml, or --format, --lake and one of --input and --kafka")
+            kafka_only = [max(p.opts, key=len) for p in ctx.command.params if p.name in _KAFKA_ONLY
+                          and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+            if input_dir is not None and kafka_only:
+                raise ValueError(f"{', '.join(kafka_only)} for Kafka: --input reads files")
             fmt_cls = formats.get(format_name)
             source = C.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
                                     options=parse_options(fmt_cls, option or []),
@@ -251,16 +261,17 @@ def run(
 
     try:
         summary = run_pipeline(cfg, progress=show)
-    except (ValueError, KafkaSourceError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except KafkaSourceError as exc:
+        raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
     except KeyboardInterrupt:  # a signal before any batch (waiting for Kafka), or a second one
-        typer.echo("cdclake: interrupted", err=True)
-        raise typer.Exit(130) from None
+        raise _fail("interrupted", INTERRUPTED) from None
     except Exception as exc:
         stopped = stopping_error(exc)
         if stopped is not None:
-            typer.echo(f"cdclake: stopped: {stopped}", err=True)
-            raise typer.Exit(1) from None
+            kind, message = stopped
+            raise _fail(f"stopped: {message}", _stopping_code(kind)) from None
         problem = file_system_problem(exc)
         if problem is None:
             raise
@@ -279,13 +290,19 @@ def run(
     if summary.total("dead_letters"):
         typer.echo(f"the dead letters, with why: cdclake dead-letters {cfg.lake} --pipeline {cfg.name}", err=True)
     if interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
     if summary.stopped:
         raise typer.Exit(STOPPED_TABLES)
 
 
-# The exit code of a run that ended with tables stopped (see README, "DDL"): the other tables are up to date.
-STOPPED_TABLES = 3
+# The flags of `run` that only a Kafka source reads.
+_KAFKA_ONLY = ("topic", "topic_pattern", "starting_offsets", "kafka_option", "kafka_retry_seconds", "connector")
+
+
+def _stopping_code(kind: str) -> int:
+    """The exit code for an error that stops a run or a decode by design, by its class name: records that cannot be
+    had as they should (corruption, records gone from Kafka) are data errors; the rest is a service unreachable."""
+    return DATA_ERRORS if kind in ("CorruptionError", "DataLoss") else UNREACHABLE
 
 
 def _dead_letters(dead_letters: int, failed: int) -> str:
@@ -323,6 +340,11 @@ def dead_letters(
     from cdclake import status as S
 
     _require_lake(lake)
+    if pipeline is not None:
+        known = S.pipelines(str(lake))
+        if not S.has_pipeline(known, pipeline):
+            raise _fail(f"{lake} has no pipeline {pipeline!r} (its pipelines: "
+                        f"{', '.join(sorted({n.split('.')[0] for n in known})) or 'none yet'})")
     try:
         dead = S.dead_letters(str(lake), reason, pipeline, format_name, with_bytes=write is not None)
     except S.DAMAGED as exc:
@@ -357,8 +379,7 @@ def maintain(
     VACUUM, for the source tables and the lake's own under _cdclake/)."""
     from cdclake.sinks.delta import maintain as maintain_lake
 
-    if not lake.is_dir():
-        raise _fail(f"{lake}: no such lake directory")
+    _require_lake(lake)
     for done in maintain_lake(str(lake), retention_hours, compact):
         typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
 
@@ -453,8 +474,7 @@ def verify(
         try:
             checks = fmt.verify([line.record for line in lines])
         except RegistryError as exc:
-            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise _fail(f"{format_name}: stopped: {exc}", UNREACHABLE) from None
         for line, check in zip(lines, checks, strict=True):
             counts[check.status] += 1
             if check.status == SKIPPED:
@@ -496,8 +516,10 @@ def _publish(settings: ClientSettings, records: list[Record], partitions: int) -
 
     try:
         acked = kafka.publish(settings, records, partitions)
-    except (ValueError, kafka.KafkaSourceError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except kafka.KafkaSourceError as exc:
+        raise _fail(str(exc), UNREACHABLE) from None
     topics = sorted(acked)
     typer.echo(f"produced {len(records)} records to Kafka at {settings.servers}: {', '.join(topics)} "
                f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
@@ -532,8 +554,10 @@ def capture(
     try:
         captured = kafka.capture(settings, subscription, out, starting=starting, max_records=max_records or None,
                                  progress=show)
-    except (ValueError, kafka.KafkaSourceError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except kafka.KafkaSourceError as exc:
+        raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
     total = sum(c.records for c in captured)
     typer.echo(f"captured {total} records from {len(captured)} partition(s) of {subscription.describe()} "
                f"into {out}", err=True)

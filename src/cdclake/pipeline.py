@@ -487,6 +487,8 @@ def _base_version(checkpoint: str, sink: Sink) -> int:
 def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
     """Run every source of the pipeline until caught up (or forever with ``follow``)."""
     config.make_directories()
+    if "://" not in config.lake:  # what makes a directory a lake for `status` and the other commands
+        os.makedirs(os.path.join(config.lake, "_cdclake"), exist_ok=True)
     _check_kafka_sources(config)
     loading = None
     if spark is None:
@@ -831,11 +833,11 @@ _STOPPING = re.compile(r"^(?:[\w.]+\.)?(RegistryError|CorruptionError|KafkaUnava
                        r"(.+)$", re.MULTILINE)
 
 
-def stopping_error(failure: BaseException) -> str | None:
-    """The message of the error that stopped a run by design, found within Spark's exception; None for any other
-    failure."""
+def stopping_error(failure: BaseException) -> tuple[str, str] | None:
+    """The class name and message of the error that stopped a run by design, found within Spark's exception; None
+    for any other failure."""
     found = _STOPPING.search(str(failure))
-    return None if found is None else found[2].strip()
+    return None if found is None else (found[1], found[2].strip())
 
 
 def _declined(failure: Exception) -> bool:

@@ -39,9 +39,25 @@ def _read(uri: str, columns: list[str]) -> pa.Table | None:
 
 
 def is_lake(lake: str) -> bool:
-    """Whether a local directory holds the lake's own tables or a Delta table at ``<database>/<table>``: a path
-    with neither is more likely mistyped than a lake before its first batch."""
-    return os.path.isdir(os.path.join(lake, "_cdclake")) or bool(lake_tables(lake))
+    """Whether a local directory is a lake: a run makes its ``_cdclake`` directory before anything else. Delta
+    tables at ``<database>/<table>`` alone do not make one (``/tmp`` may hold some of other programs)."""
+    return os.path.isdir(os.path.join(lake, "_cdclake"))
+
+
+def pipelines(lake: str) -> list[str]:
+    """The pipelines (``NAME.SOURCE``) that have recorded a batch or a dead letter in the lake."""
+    names: set[str] = set()
+    for own in ("progress", "dead_letters"):
+        table = _read(os.path.join(lake, "_cdclake", own), ["pipeline"])
+        if table is not None:
+            names.update(pc.unique(table["pipeline"]).to_pylist())
+    return sorted(name for name in names if name)
+
+
+def has_pipeline(names: list[str], pipeline: str) -> bool:
+    """Whether ``pipeline`` (a run's ``--name``, or ``NAME.SOURCE``) is among ``names``, as :func:`dead_letters`
+    selects them."""
+    return any(name == pipeline or name.startswith(f"{pipeline}.") for name in names)
 
 
 def collect(lake: str) -> dict[str, Any]:
