@@ -22,6 +22,7 @@ from cdclake.formats.base import Failure, parse_options
 from cdclake.records import FileLine, Record, read_file, write_records
 
 if TYPE_CHECKING:
+    from cdclake.config import PipelineConfig
     from cdclake.sources.kafka import ClientSettings
 
 
@@ -131,6 +132,7 @@ def decode(
     _require_files(files)
     out = sys.stdout.buffer
     records = events = failed = skipped = 0
+    samples: list[Record] = []  # a few records that failed to decode, for a hint at their format
     waiting: list[Record] = []  # decoded again with the next batch (see Decoded.waiting)
     where: dict[int, FileLine] = {}
     for batch in itertools.chain(_batches(files), [None]):
@@ -155,6 +157,7 @@ def decode(
         events += len(result.events)
         skipped += result.skipped
         failed += len(result.failures)
+        samples.extend(failure.record for failure in result.failures[:SAMPLES - len(samples)])
         for failure in result.failures:
             _report(failure, where[id(failure.record)])
             if strict:
@@ -164,8 +167,22 @@ def decode(
         where = {id(r): where[id(r)] for r in waiting}
     out.flush()
     typer.echo(f"{records} records: {events} events, {skipped} skipped, {failed} failed", err=True)
+    if failed and not events:
+        _say_what_they_look_like(samples, format_name)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(DATA_ERRORS)
+
+
+# How many of the records that failed to decode are tried in every format, for a hint at the one they are in.
+SAMPLES = 5
+
+
+def _say_what_they_look_like(samples: list[Record], format_name: str) -> None:
+    """When every record failed: the formats that would have decoded some of them, if any."""
+    others = [name for name in formats.looks_like(samples) if name != format_name]
+    if others:
+        typer.echo(f"hint: none of the records decoded as {format_name}; they look like {' or '.join(others)} "
+                   f"(--format {others[0]})", err=True)
 
 
 def _report(failure: Failure, line: FileLine) -> None:
@@ -209,6 +226,12 @@ def run(
     remote: Annotated[str | None, typer.Option(
         help="A Spark Connect server to run on, sc://HOST:PORT; sc://localhost:PORT finds the token of "
              "`cdclake serve`.")] = None,
+    on_error: Annotated[str, typer.Option(
+        help="A record that cannot be decoded goes to the dead letters (dead-letter), or also stops the run after "
+             "its batch (fail).")] = "dead-letter",
+    max_dead_letter_ratio: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="The share of the records that may go to the dead letters before the run exits 1 "
+                               "(1: never).")] = 0.0,
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
     tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
@@ -239,7 +262,8 @@ def run(
                                     connector=connector, consistency=consistency,
                                     kafka_retry_seconds=kafka_retry_seconds)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
-                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote)
+                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
+                                   on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
@@ -289,10 +313,30 @@ def run(
         typer.echo(f"table {table} is STOPPED, its records go to the dead letters: {why}", err=True)
     if summary.total("dead_letters"):
         typer.echo(f"the dead letters, with why: cdclake dead-letters {cfg.lake} --pipeline {cfg.name}", err=True)
+    records, failed = summary.total("records"), summary.total("failed")
+    if not records and not summary.signalled:
+        typer.echo("warning: no records were read (an empty input, or nothing new since this pipeline's last run)",
+                   err=True)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
     if summary.stopped:
         raise typer.Exit(STOPPED_TABLES)
+    if summary.gave_up:
+        raise _fail(f"stopped: {summary.gave_up}", DATA_ERRORS)
+    if failed > cfg.max_dead_letter_ratio * records:
+        if not summary.total("events"):
+            _say_what_they_look_like(_dead_letter_samples(cfg), cfg.sources[0].format if len(cfg.sources) == 1
+                                     else "")
+        raise _fail(f"{failed:,} of {records:,} records ({failed / records:.0%}) could not be decoded, more than "
+                    f"max_dead_letter_ratio = {cfg.max_dead_letter_ratio:g} allows", DATA_ERRORS)
+
+
+def _dead_letter_samples(cfg: PipelineConfig) -> list[Record]:
+    """The last few records the pipeline dead-lettered, as they were read."""
+    from cdclake import status as S
+
+    dead = S.dead_letters(cfg.lake, pipeline=cfg.name, with_bytes=True)
+    return S.dead_letter_records(dead.slice(max(0, dead.num_rows - SAMPLES)))
 
 
 # The flags of `run` that only a Kafka source reads.

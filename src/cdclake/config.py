@@ -7,6 +7,8 @@ checkpoint = "/data/ckpt"     # optional; default <lake>/_cdclake/checkpoints/<n
 follow = false                # true: keep watching the sources, all at once (false: one after another)
 poll_seconds = 0.2            # with follow: how often an idle source is asked for new records
 tombstone_retention_hours = 168
+on_error = "dead-letter"      # or "fail": stop after the first batch with records that cannot be decoded
+max_dead_letter_ratio = 0.0   # a run that dead-letters more than this share of its records exits 1
 
 [spark]                       # optional: attach to a cluster instead of local[*]
 master = "spark://host:7077"  # or remote = "sc://host:15002" for Spark Connect
@@ -135,6 +137,7 @@ def make_directory(what: str, path: str) -> None:
 
 
 CONNECTORS = ("cdclake", "spark")
+ON_ERROR = ("dead-letter", "fail")
 CONSISTENCY = ("none", "resolved-ts")
 RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
 # A following pipeline's trigger interval: new records wait for the next poll, 0.1 s on average where 1 s cost them
@@ -156,6 +159,10 @@ class PipelineConfig:
     spark_remote: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     storage_options: dict[str, str] | None = None
+    # What a record that cannot be decoded does: goes to the dead letters ("dead-letter"), or also stops the run
+    # after its batch ("fail"); and the share of a run's records that may be dead-lettered before it exits 1.
+    on_error: str = "dead-letter"
+    max_dead_letter_ratio: float = 0.0
 
     def checkpoint_dir(self) -> str:
         return self.checkpoint or os.path.join(self.lake, "_cdclake", "checkpoints", self.name)
@@ -177,12 +184,16 @@ class PipelineConfig:
             raise ValueError(f"poll_seconds must be more than 0, not {self.poll_seconds}")
         if not self.tombstone_retention_hours >= 0:
             raise ValueError(f"tombstone_retention_hours must be 0 or more, not {self.tombstone_retention_hours}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, not {self.on_error!r}")
+        if not 0 <= self.max_dead_letter_ratio <= 1:
+            raise ValueError(f"max_dead_letter_ratio must be from 0 to 1, not {self.max_dead_letter_ratio}")
         for source in self.sources:
             source.validate()
 
 
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
-        "storage"}
+        "storage", "on_error", "max_dead_letter_ratio"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
            "starting_offsets", "kafka_options", "connector", "consistency", "kafka_retry_seconds"}
 _SPARK = {"master", "remote", "conf"}
@@ -301,4 +312,6 @@ def load(path: str) -> PipelineConfig:
         spark_master=_value(spark, "master", str, None, in_spark),
         spark_remote=_value(spark, "remote", str, None, in_spark),
         spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, in_spark).items()},
-        storage_options=_value(data, "storage", dict, None, top))
+        storage_options=_value(data, "storage", dict, None, top),
+        on_error=_value(data, "on_error", str, "dead-letter", top),
+        max_dead_letter_ratio=_value(data, "max_dead_letter_ratio", float, 0.0, top))
