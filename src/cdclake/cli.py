@@ -8,6 +8,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -166,7 +167,7 @@ def decode(
         waiting = result.waiting
         where = {id(r): where[id(r)] for r in waiting}
     out.flush()
-    typer.echo(f"{records} records: {events} events, {skipped} skipped, {failed} failed", err=True)
+    typer.echo(f"{_n(records, 'record')}: {_n(events, 'event')}, {skipped:,} skipped, {failed:,} failed", err=True)
     if failed and not events:
         _say_what_they_look_like(samples, format_name)
     if failed:
@@ -274,17 +275,18 @@ def run(
         stopped = f" STOPPED {report.stopped}" if report.stopped else ""
         if report.consistent_ts is not None:
             stopped += f", {report.held} held, consistent up to commit_ts {report.consistent_ts}"
-        where = (f" (read+decode+plan {report.plan_seconds:.1f}s, apply {report.apply_seconds:.1f}s)"
+        where = (f"; read+decode+plan {report.plan_seconds:.1f}s, apply {report.apply_seconds:.1f}s"
                  if report.plan_seconds else "")
-        typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
-                   f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
-                   f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped} skipped, "
-                   f"{report.seconds:.1f}s{where}{stopped}", err=True)
+        _say(f"batch {report.batch} [{report.source}]: {_n(report.records, 'record')}, "
+             f"{_n(report.events, 'event')}, +{report.inserted:,} ~{report.updated:,} -{report.deleted:,} rows, "
+             f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped:,} skipped, "
+             f"{report.seconds:.1f}s ({_rate(report.records, report.seconds)}{where}){stopped}")
 
     from cdclake.sources.kafka import KafkaSourceError
 
     try:
-        summary = run_pipeline(cfg, progress=show)
+        started = time.monotonic()
+        summary = run_pipeline(cfg, progress=show, say=_say)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     except KafkaSourceError as exc:
@@ -304,19 +306,18 @@ def run(
     # the batch the signal found was finished: running it again reads what it left, if anything.
     interrupted = summary.signalled and not cfg.follow
     ended = "stopped" if summary.signalled else "done"
-    typer.echo(f"{ended}: {len(summary.batches)} batches, {summary.total('records')} records, "
-               f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
-               f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
-               f"{_dead_letters(summary.total('dead_letters'), summary.total('failed'))}, "
-               f"{summary.total('skipped')} skipped", err=True)
+    records, failed, seconds = summary.total("records"), summary.total("failed"), time.monotonic() - started
+    typer.echo(f"{ended}: {_n(len(summary.batches), 'batch', 'batches')}, {_n(records, 'record')}, "
+               f"{_n(summary.total('events'), 'event')}, {summary.total('inserted'):,} inserted, "
+               f"{summary.total('updated'):,} updated, {summary.total('deleted'):,} deleted, "
+               f"{_dead_letters(summary.total('dead_letters'), failed)}, {summary.total('skipped'):,} skipped "
+               f"in {seconds:.1f}s ({_rate(records, seconds)})", err=True)
     for table, why in sorted(summary.stopped.items()):
         typer.echo(f"table {table} is STOPPED, its records go to the dead letters: {why}", err=True)
     if summary.total("dead_letters"):
         typer.echo(f"the dead letters, with why: cdclake dead-letters {cfg.lake} --pipeline {cfg.name}", err=True)
-    records, failed = summary.total("records"), summary.total("failed")
-    if not records and not summary.signalled:
-        typer.echo("warning: no records were read (an empty input, or nothing new since this pipeline's last run)",
-                   err=True)
+    for empty in [] if records else _empty_inputs(cfg):
+        typer.echo(f"warning: {empty}: no records in it", err=True)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
     if summary.stopped:
@@ -329,6 +330,29 @@ def run(
                                      else "")
         raise _fail(f"{failed:,} of {records:,} records ({failed / records:.0%}) could not be decoded, more than "
                     f"max_dead_letter_ratio = {cfg.max_dead_letter_ratio:g} allows", DATA_ERRORS)
+
+
+def _empty_inputs(cfg: PipelineConfig) -> list[str]:
+    """The file inputs of the pipeline that hold no record (a mistyped folder, or a producer that wrote nothing)."""
+    def holds_some(path: Path) -> bool:
+        files = path.rglob("*") if path.is_dir() else [path]
+        return any(each.is_file() and each.stat().st_size for each in files)
+
+    return [source.input for source in cfg.sources if source.input and not holds_some(Path(source.input))]
+
+
+def _say(line: str) -> None:
+    """A progress line, with the time it is said."""
+    typer.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
+
+
+def _n(count: int, word: str, words: str | None = None) -> str:
+    """``1 record``, ``1,234 records``."""
+    return f"{count:,} {word if count == 1 else words or word + 's'}"
+
+
+def _rate(records: int, seconds: float) -> str:
+    return f"{records / seconds:,.0f} records/s" if seconds > 0 else "- records/s"
 
 
 def _dead_letter_samples(cfg: PipelineConfig) -> list[Record]:
@@ -352,7 +376,7 @@ def _stopping_code(kind: str) -> int:
 def _dead_letters(dead_letters: int, failed: int) -> str:
     """The dead letters, with those of stopped tables apart: their records were decoded, and count as events too."""
     stopped = dead_letters - failed
-    return f"{dead_letters} dead letters" + (f" ({stopped} of stopped tables)" if stopped > 0 else "")
+    return _n(dead_letters, "dead letter") + (f" ({stopped:,} of stopped tables)" if stopped > 0 else "")
 
 
 @app.command()
@@ -397,7 +421,7 @@ def dead_letters(
     for line in shown:
         typer.echo(line)
     more = f" ({len(shown)} listed; --limit 0 lists all)" if len(shown) < dead.num_rows else ""
-    typer.echo(f"{dead.num_rows} dead letter{'' if dead.num_rows == 1 else 's'}{more}", err=True)
+    typer.echo(f"{_n(dead.num_rows, 'dead letter')}{more}", err=True)
     if write is not None:
         kinds = sorted(set(dead["format"].to_pylist()))
         if len(kinds) > 1:
@@ -407,7 +431,7 @@ def dead_letters(
             count = write_records(write, S.dead_letter_records(dead))
         except OSError as exc:
             raise _fail(f"{write}: {exc.strerror or exc}") from None
-        typer.echo(f"wrote {count} records to {write}", err=True)
+        typer.echo(f"wrote {_n(count, 'record')} to {write}", err=True)
 
 
 @app.command()
@@ -467,9 +491,10 @@ def generate(
         _publish(settings, generated.records, partitions)
     profile = W.profile_for(format_name, options)
     manifest = generated.manifest
-    typer.echo(f"{format_name}: {manifest['events']} events ({_counts(manifest['event_counts'])}) → "
-               f"{manifest['records']} records in {len(files)} files under {out / W.RECORDS_DIR}; "
-               f"expected: {manifest['expected_rows']} rows in {len(generated.expected)} tables", err=True)
+    typer.echo(f"{format_name}: {_n(manifest['events'], 'event')} ({_counts(manifest['event_counts'])}) → "
+               f"{_n(manifest['records'], 'record')} in {_n(len(files), 'file')} under {out / W.RECORDS_DIR}; "
+               f"expected: {_n(manifest['expected_rows'], 'row')} in {_n(len(generated.expected), 'table')}",
+               err=True)
     if replays and not profile.replay_safe:
         typer.echo(f"note: {format_name} cannot make a redelivered record harmless (no exact commit order), "
                    "so a pipeline may not reach the expected state from these replays", err=True)
@@ -565,7 +590,7 @@ def _publish(settings: ClientSettings, records: list[Record], partitions: int) -
     except kafka.KafkaSourceError as exc:
         raise _fail(str(exc), UNREACHABLE) from None
     topics = sorted(acked)
-    typer.echo(f"produced {len(records)} records to Kafka at {settings.servers}: {', '.join(topics)} "
+    typer.echo(f"produced {_n(len(records), 'record')} to Kafka at {settings.servers}: {', '.join(topics)} "
                f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
 
 
@@ -593,7 +618,7 @@ def capture(
         raise _fail(str(exc)) from None
 
     def show(done: kafka.Captured) -> None:
-        typer.echo(f"{done.range}: {done.records} records → {done.path}", err=True)
+        typer.echo(f"{done.range}: {_n(done.records, 'record')} → {done.path}", err=True)
 
     try:
         captured = kafka.capture(settings, subscription, out, starting=starting, max_records=max_records or None,
@@ -603,7 +628,7 @@ def capture(
     except kafka.KafkaSourceError as exc:
         raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
     total = sum(c.records for c in captured)
-    typer.echo(f"captured {total} records from {len(captured)} partition(s) of {subscription.describe()} "
+    typer.echo(f"captured {_n(total, 'record')} from {_n(len(captured), 'partition')} of {subscription.describe()} "
                f"into {out}", err=True)
 
 

@@ -91,4 +91,4 @@ def test_sigint_to_a_following_run_and_then_its_process_group_stops_it_cleanly(t
         watchdog.cancel()
         assert run.wait(timeout=120) == 0, "".join(lines) + rest
     assert "Traceback" not in rest and "interrupted" not in rest, rest
-    assert rest.strip().splitlines()[-1].startswith("stopped: 1 batches, 31 records"), rest
+    assert rest.strip().splitlines()[-1].startswith("stopped: 1 batch, 31 records"), rest
