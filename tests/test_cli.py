@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pyarrow as pa
 import typer.main
 import typer.rich_utils
 from click.testing import Result
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli import UNREACHABLE, USAGE, app
-from cdclake.sinks.delta import DeltaSink
+from cdclake.sinks.delta import RENAMED_TO, DeltaSink
 
 
 def test_every_command_renders_its_help_with_each_options_help_and_default(monkeypatch):
@@ -30,7 +31,8 @@ def test_every_command_renders_its_help_with_each_options_help_and_default(monke
                                 & set(line.strip("│ ").split()[:4])).split())
             # Escaped for rich, shown as written (e.g. "[/REGISTRY]", "[default: 600]").
             assert " ".join(param.help.replace("\\[", "[").split()) in row, (name, param.name, row)
-            if param.default not in (None, "", []) and param.show_default is not False:
+            flag_alone = getattr(param, "is_flag", False) and not param.secondary_opts  # --all: typer shows none
+            if param.default not in (None, "", []) and param.show_default is not False and not flag_alone:
                 shown = (param.opts[0] if param.default else param.secondary_opts[0]).lstrip("-") \
                     if getattr(param, "is_bool_flag", False) and param.secondary_opts else str(param.default)
                 assert f"[default: {shown}]" in row, (name, param.name, row)
@@ -84,3 +86,26 @@ def test_dead_letters_of_a_pipeline_the_lake_does_not_know(tmp_path):
     _one_line_error(result, USAGE, "has no pipeline 'nope' (its pipelines: shop)")
     known = CliRunner().invoke(app, ["dead-letters", str(tmp_path), "--pipeline", "shop"])
     assert known.exit_code == 0 and "0 dead letters" in known.output, known.output
+
+
+def test_status_sorts_and_leaves_out_dropped_and_renamed_tables_unless_all_and_speaks_json(tmp_path):
+    seq = "00000001714521600065/00000000000000000000/00000000000000000204/00000000000000000007"
+    for name in ("db.zeta", "db.alpha", "db.old"):
+        write_deltalake(str(tmp_path / name.replace(".", "/")), pa.table({"id": [1, 2]}))
+    DeltaTable(str(tmp_path / "db" / "old")).alter.set_table_properties({RENAMED_TO: "db.alpha"},
+                                                                     raise_if_not_exists=False)
+    DeltaSink(str(tmp_path), "main").record_progress({"tables": {
+        name: {"last_seq": seq, "stopped": None} for name in ("db.zeta", "db.alpha", "db.old", "db.dropped")}}, 0)
+    shown = CliRunner().invoke(app, ["status", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == ["db.alpha", "db.zeta", "(2"], shown.output
+    assert lines[3] == "(2 dropped or renamed tables not shown: --all)"
+    every = CliRunner().invoke(app, ["status", str(tmp_path), "--all"]).output.splitlines()
+    assert [line.split()[0] for line in every[1:5]] == ["db.alpha", "db.dropped", "db.old", "db.zeta"], every
+    assert every[2].split()[1] == "0" and every[2].endswith("DROPPED (no lake table)"), every
+    assert every[3].endswith("RENAMED to db.alpha"), every
+    as_json = CliRunner().invoke(app, ["status", str(tmp_path), "--json"])
+    state = json.loads(as_json.output)
+    assert as_json.exit_code == 0 and list(state["tables"]) == ["db.alpha", "db.dropped", "db.old", "db.zeta"]
+    assert state["tables"]["db.old"]["renamed_to"] == "db.alpha" and state["tables"]["db.dropped"]["gone"] is True

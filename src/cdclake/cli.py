@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import itertools
+import json
 import signal
 import sys
 import tempfile
@@ -380,14 +381,18 @@ def _dead_letters(dead_letters: int, failed: int) -> str:
 
 
 @app.command()
-def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
-    """Per table: rows, last applied commit_ts/position, last batch time; dead letters by reason. Exits 1 when a
-    table could not be read (its line says why)."""
+def status(
+    lake: Annotated[Path, typer.Argument(help="Lake root directory.")],
+    show_all: Annotated[bool, typer.Option("--all", help="Also the tables dropped or renamed.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As one JSON object, every table in it.")] = False,
+) -> None:
+    """Per table, by name: rows, last applied commit_ts/position, last batch time; dead letters by reason. Exits 1
+    when a table could not be read (its line says why)."""
     from cdclake import status as S
 
     _require_lake(lake)
     state = S.collect(str(lake))
-    typer.echo(S.render(state))
+    typer.echo(json.dumps(state, indent=2, default=str) if as_json else S.render(state, show_all))
     if S.unreadable_tables(state):  # each named on its line above; the exit code tells a script
         raise typer.Exit(1)
 

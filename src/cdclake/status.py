@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.records import Record
-from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, lake_tables, read_dataset, read_history
+from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO, lake_tables, read_dataset, read_history
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
@@ -68,6 +68,9 @@ def collect(lake: str) -> dict[str, Any]:
             dt = _open(os.path.join(lake, database, table))
             if dt is not None:
                 tables[name] = {"rows": dt.to_pyarrow_dataset().count_rows()}
+                renamed = dt.metadata().configuration.get(RENAMED_TO)
+                if renamed is not None:
+                    tables[name]["renamed_to"] = renamed
                 consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
                 if consistent is not None:
                     tables[name]["consistent_ts"] = int(consistent)
@@ -85,7 +88,7 @@ def collect(lake: str) -> dict[str, Any]:
     except DAMAGED as exc:
         unreadable["_cdclake/progress"] = first_line(exc)
     for name, state in latest.items():
-        info = tables.setdefault(name, {"rows": 0})
+        info = tables.setdefault(name, {"rows": 0, "gone": True})  # applied to, and no lake table now: dropped
         commit_ts, _, position = (state.get("last_seq") or "").partition("/")
         info["commit_ts"] = int(commit_ts) if commit_ts.isdigit() else None
         info["position"] = position or None
@@ -99,7 +102,8 @@ def collect(lake: str) -> dict[str, Any]:
     if dead is not None:
         for item in pc.value_counts(dead["reason"]).to_pylist():
             reasons[_reason_class(item["values"])] += item["counts"]
-    return {"tables": tables, "unreadable": unreadable, "dead_letters": dict(reasons.most_common())}
+    return {"tables": dict(sorted(tables.items())), "unreadable": unreadable,
+            "dead_letters": dict(reasons.most_common())}
 
 
 def unreadable_tables(state: dict[str, Any]) -> list[str]:
@@ -125,7 +129,18 @@ def _readable(position: str | None) -> str:
     return "/".join((part.lstrip("0") or "0") if part.isdigit() else part for part in position.split("/"))
 
 
-def render(state: dict[str, Any]) -> str:
+def _former(info: dict[str, Any]) -> str | None:
+    """What became of a table the lake no longer holds under its name: renamed, or dropped."""
+    if info.get("renamed_to"):
+        return f"RENAMED to {info['renamed_to']}"
+    return "DROPPED (no lake table)" if info.get("gone") else None
+
+
+def render(state: dict[str, Any], everything: bool = False) -> str:
+    """The state as a table, by name; the tables dropped or renamed only with ``everything``."""
+    former = {name: _former(info) for name, info in state["tables"].items()}
+    hidden = [] if everything else [name for name, what in former.items() if what]
+    state = {**state, "tables": {name: info for name, info in state["tables"].items() if name not in hidden}}
     positions = {name: _readable(info.get("position")) for name, info in state["tables"].items()}
     width = max([len("position"), *map(len, positions.values())])
     lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':{width}} last batch"]
@@ -134,12 +149,16 @@ def render(state: dict[str, Any]) -> str:
             lines.append(f"{name:40} could not be read: {info['unreadable']}")
             continue
         flag = f"  STOPPED: {info['stopped']}" if info.get("stopped") else ""
+        if former[name]:
+            flag = f"  {former[name]}{flag}"
         if info.get("consistent_ts") is not None:
             flag += f"  consistent up to commit_ts {info['consistent_ts']}"
         lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
                      f"{positions[name]:{width}} {info.get('last_batch_at') or '-'}{flag}")
     if not state["tables"]:
         lines.append("(no tables)")
+    if hidden:
+        lines.append(f"({len(hidden):,} dropped or renamed table{'' if len(hidden) == 1 else 's'} not shown: --all)")
     lines.extend(f"{name:40} could not be read: {why}" for name, why in state["unreadable"].items())
     total = sum(state["dead_letters"].values())
     lines.append(f"dead letters: {total}")
