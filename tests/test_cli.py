@@ -13,6 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli import UNREACHABLE, USAGE, app
+from cdclake.records import read_file
 from cdclake.sinks.delta import RENAMED_TO, DeltaSink
 
 
@@ -109,3 +110,22 @@ def test_status_sorts_and_leaves_out_dropped_and_renamed_tables_unless_all_and_s
     state = json.loads(as_json.output)
     assert as_json.exit_code == 0 and list(state["tables"]) == ["db.alpha", "db.dropped", "db.old", "db.zeta"]
     assert state["tables"]["db.old"]["renamed_to"] == "db.alpha" and state["tables"]["db.dropped"]["gone"] is True
+
+
+def test_decode_of_debezium_values_without_kafka_keys_warns_and_names_a_misread_format(tmp_path):
+    generated = tmp_path / "gen"
+    assert CliRunner().invoke(app, ["generate", "--format", "debezium-json", "--out", str(generated), "--events",
+                                    "10"]).exit_code == 0
+    captured = sorted((generated / "records").iterdir())
+    values = [line.record.value for path in captured for line in read_file(path) if line.record.value]
+    (tmp_path / "values.txt").write_bytes(b"".join(value + b"\n" for value in values))
+    keyless = CliRunner().invoke(app, ["decode", "--format", "debezium-json", str(tmp_path / "values.txt")])
+    assert keyless.exit_code == 0, keyless.output
+    assert f"warning: {len(values)} records without a Kafka key: debezium-json takes a row's key from it" \
+        in keyless.stderr
+    keyed = CliRunner().invoke(app, ["decode", "--format", "debezium-json", *map(str, captured)])
+    assert keyed.exit_code == 0 and "warning" not in keyed.stderr, keyed.stderr
+    misread = CliRunner().invoke(app, ["decode", "--format", "canal-json", *map(str, captured)])
+    assert misread.exit_code == 1 and misread.stdout == ""
+    assert misread.stderr.splitlines()[-1] == (
+        "hint: none of the records decoded as canal-json; they look like debezium-json (--format debezium-json)")

@@ -133,7 +133,7 @@ def decode(
         raise _fail(str(exc)) from None
     _require_files(files)
     out = sys.stdout.buffer
-    records = events = failed = skipped = 0
+    records = events = failed = skipped = keyless = 0
     samples: list[Record] = []  # a few records that failed to decode, for a hint at their format
     waiting: list[Record] = []  # decoded again with the next batch (see Decoded.waiting)
     where: dict[int, FileLine] = {}
@@ -149,6 +149,7 @@ def decode(
                 continue
             where[id(line.record)] = line
             good.append(line.record)
+            keyless += line.record.key is None
         try:
             result = fmt.decode(good, more=batch is not None)
         except fmt.fatal as exc:  # e.g. a schema registry that is down, or corruption-handling=error
@@ -171,9 +172,15 @@ def decode(
     typer.echo(f"{_n(records, 'record')}: {_n(events, 'event')}, {skipped:,} skipped, {failed:,} failed", err=True)
     if failed and not events:
         _say_what_they_look_like(samples, format_name)
+    if keyless and format_name in KEYS_FROM_KAFKA:
+        typer.echo(f"warning: {_n(keyless, 'record')} without a Kafka key: {format_name} takes a row's key from "
+                   "it, and without one the whole row is the key (`cdclake capture` keeps the keys)", err=True)
     if failed:
         raise typer.Exit(DATA_ERRORS)
 
+
+# The formats whose rows take their key from the Kafka record's key (README, "Keys").
+KEYS_FROM_KAFKA = ("debezium-avro", "debezium-json")
 
 # How many of the records that failed to decode are tried in every format, for a hint at the one they are in.
 SAMPLES = 5

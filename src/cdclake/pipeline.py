@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -463,8 +464,19 @@ def one_batch_at_a_time(lake: str) -> Iterator[None]:
     name = lake if "://" in lake else os.path.abspath(lake)
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     path = private_directory(Path(tempfile.gettempdir())) / f"lake-{digest}.lock"
-    with open(path, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with open(path, "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another batch holds it: say whose, as the wait may be long
+            held.seek(0)
+            holder = held.read().strip() or "another run"
+            logger.warning("waiting for the run holding lake %s (%s) to finish its batch", name, holder)
+            since = time.monotonic()
+            fcntl.flock(held, fcntl.LOCK_EX)
+            logger.warning("lake %s: waited %.1fs for the run holding it", name, time.monotonic() - since)
+        held.truncate(0)
+        held.write(f"pid {os.getpid()}, host {socket.gethostname()}")
+        held.flush()
         try:
             yield
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -48,10 +49,31 @@ def test_a_run_whose_records_all_fail_exits_1_and_names_the_format_they_look_lik
 
 def test_an_empty_input_is_a_warning_and_on_error_fail_stops_after_the_batch(tmp_path):
     (tmp_path / "empty").mkdir()
-    done = _cdclake("run", "--format", "canal-json", "--input", str(tmp_path / "empty"), "--lake",
-                    str(tmp_path / "lake"))
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[-1].startswith("warning: no records were read"), done.stderr
+    lake = tmp_path / "lake"
+    # Another run holds the lake (its batch, say): the run says whose turn it waits for.
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom cdclake.pipeline import "
+                               f"one_batch_at_a_time\nwith one_batch_at_a_time({str(lake)!r}):\n"
+                               "    print('held', flush=True)\n    sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with subprocess.Popen([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
+                           str(tmp_path / "empty"), "--lake", str(lake)], stderr=subprocess.PIPE, text=True) as run:
+        assert run.stderr is not None
+        watchdog = threading.Timer(400, run.kill)
+        watchdog.start()
+        said = []
+        for line in run.stderr:
+            said.append(line)
+            if "waiting for the run holding" in line:
+                break
+        holder.communicate("")  # its batch ends
+        said.append(run.stderr.read())
+        watchdog.cancel()
+        assert run.wait(timeout=60) == 0, "".join(said)
+    output = "".join(said)
+    assert f"waiting for the run holding lake {lake} (pid {holder.pid}, host {socket.gethostname()}) to finish " \
+           "its batch" in output, output
+    assert output.splitlines()[-1] == f"warning: {tmp_path / 'empty'}: no records in it", output
 
     good = _generate(tmp_path / "gen", "canal-json")
     (tmp_path / "in").mkdir()
