@@ -129,3 +129,14 @@ def test_decode_of_debezium_values_without_kafka_keys_warns_and_names_a_misread_
     assert misread.exit_code == 1 and misread.stdout == ""
     assert misread.stderr.splitlines()[-1] == (
         "hint: none of the records decoded as canal-json; they look like debezium-json (--format debezium-json)")
+
+
+def test_a_schema_registry_that_is_down_stops_a_run_before_spark_starts(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "1.txt").write_bytes(b"\x00\x00\x00\x00\x01\x02\n")
+    port = _closed_port()
+    result = CliRunner().invoke(app, ["run", "--format", "debezium-avro", "--input", str(tmp_path / "in"), "--lake",
+                                      str(tmp_path / "lake"), "--option", f"registry=http://127.0.0.1:{port}"])
+    assert "starting Spark" not in result.output, result.output
+    _one_line_error(result, UNREACHABLE, f"cdclake: stopped: schema registry http://127.0.0.1:{port} could not be "
+                                         "reached (URLError: ")

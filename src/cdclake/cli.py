@@ -290,6 +290,7 @@ def run(
              f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped:,} skipped, "
              f"{report.seconds:.1f}s ({_rate(report.records, report.seconds)}{where}){stopped}")
 
+    from cdclake.confluent import RegistryError
     from cdclake.sources.kafka import KafkaSourceError
 
     try:
@@ -299,6 +300,8 @@ def run(
         raise _fail(str(exc)) from None
     except KafkaSourceError as exc:
         raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
+    except RegistryError as exc:  # found down before Spark started
+        raise _fail(f"stopped: {exc}", UNREACHABLE) from None
     except KeyboardInterrupt:  # a signal before any batch (waiting for Kafka), or a second one
         raise _fail("interrupted", INTERRUPTED) from None
     except Exception as exc:

@@ -506,6 +506,8 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
     if "://" not in config.lake:  # what makes a directory a lake for `status` and the other commands
         os.makedirs(os.path.join(config.lake, "_cdclake"), exist_ok=True)
     _check_kafka_sources(config)
+    if spark is None:
+        _check_registries(config)
     loading = None
     if spark is None:
         say("starting Spark…")
@@ -1060,6 +1062,17 @@ def _check_kafka_sources(config: PipelineConfig) -> None:
             if source.kafka is not None:
                 with kafka.KafkaClient(source.client_settings()) as client:
                     _kafka_partitions(client, source, config)
+
+
+def _check_registries(config: PipelineConfig) -> None:
+    """Each source's schema registry reachable over HTTP, before Spark starts, as the Kafka sources are: a registry
+    that is down is then one line in a second, not the first batch's failure after Spark's start, with its noise."""
+    from cdclake import confluent
+
+    for source in config.sources:
+        registry = str(source.options.get("registry") or "")
+        if registry.lower().startswith(("http://", "https://")):
+            confluent.HttpRegistry(registry).check()
 
 
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:
