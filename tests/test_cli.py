@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 
 import pyarrow as pa
 import typer.main
@@ -140,3 +142,33 @@ def test_a_schema_registry_that_is_down_stops_a_run_before_spark_starts(tmp_path
     assert "starting Spark" not in result.output, result.output
     _one_line_error(result, UNREACHABLE, f"cdclake: stopped: schema registry http://127.0.0.1:{port} could not be "
                                          "reached (URLError: ")
+
+
+WRITER = """
+import sys, time
+import pyarrow as pa
+from deltalake import write_deltalake
+from cdclake.sinks.delta import DeltaSink
+sink, i = DeltaSink(sys.argv[1], "p.main"), 0
+while True:
+    write_deltalake(sys.argv[1] + "/db/t", pa.table({"id": [i]}), mode="append")
+    sink.record_progress({"tables": {"db.t": {"last_seq": f"{i:020d}/", "stopped": None}}}, i)
+    i += 1
+"""
+
+
+def test_status_beside_a_run_writing_the_lake_never_aborts(tmp_path):
+    # Before, about one `cdclake status` in forty ended "terminate called without an active exception" (exit 134)
+    # after printing everything: a C++ destructor of pyarrow's at exit.
+    lake = tmp_path / "lake"
+    write_deltalake(str(lake / "db" / "t"), pa.table({"id": [-1]}))
+    (lake / "_cdclake").mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(lake)])
+    try:
+        codes = [subprocess.run([sys.executable, "-m", "cdclake", "status", str(lake)], capture_output=True,
+                                text=True, timeout=60, check=False) for _ in range(20)]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert [done.returncode for done in codes] == [0] * 20, [done.stderr for done in codes if done.returncode]
+    assert all(done.stdout.splitlines()[1].startswith("db.t ") for done in codes)
