@@ -319,7 +319,7 @@ def test_a_run_stopped_by_its_registry_says_so_in_one_line(spark, tmp_path, monk
         pipeline.run(cfg, spark=spark)
     said = f"schema registry http://127.0.0.1:{port} could not be reached"
     assert pipeline.stopping_error(failed.value)[1].startswith(said)
-    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: (_ for _ in ()).throw(failed.value))
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None, say=None: (_ for _ in ()).throw(failed.value))
     result = CliRunner().invoke(app, ["run", "--format", "debezium-avro", "--input", str(tmp_path / "in"),
                                       "--lake", str(tmp_path / "lake"), "--option", f"registry=http://127.0.0.1:{port}"])
     assert result.exit_code == 4 and result.output.startswith(f"cdclake: stopped: {said}")
