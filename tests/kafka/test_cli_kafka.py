@@ -113,7 +113,7 @@ def test_an_unreachable_kafka_is_given_up_after_the_retry_window(tmp_path):
         done = subprocess.run([sys.executable, "-m", "cdclake", *command, "--kafka", "127.0.0.1:9", "--topic", "t",
                                "--kafka-retry-seconds", "1.5"], capture_output=True, text=True, timeout=120,
                               check=False)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 4, done.stderr  # unreachable, not a usage error (2)
         assert done.stderr.strip().splitlines()[-1].startswith("cdclake: Kafka at 127.0.0.1:9 unreachable for ")
         assert "giving up" in done.stderr and "Spark" not in done.stderr, done.stderr
 
