@@ -102,7 +102,7 @@ def test_verify_needs_a_format_with_checksums_and_the_registry(tmp_path):
     result = CliRunner().invoke(
         app, ["verify", "--format", "ticdc-avro", "--registry", str(tmp_path / "none"), str(path)]
     )
-    assert result.exit_code == 1  # a wrong folder stops at once, rather than failing every record
+    assert result.exit_code == 4  # a registry that cannot be read: it stops at once, rather than failing every record
     assert f"cdclake: ticdc-avro: stopped: schema directory {tmp_path / 'none'} is no directory" in result.output
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(

@@ -73,7 +73,8 @@ def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monke
     from cdclake.cli import app
 
     ran: list[C.PipelineConfig] = []
-    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: ran.append(config) or pipeline.RunSummary())
+    monkeypatch.setattr(pipeline, "run",
+                        lambda config, progress=None, say=None: ran.append(config) or pipeline.RunSummary())
     path = tmp_path / "PIPELINE.toml"
     path.write_text(f'lake = "{tmp_path / "lake"}"\n' + SOURCE.replace('"/data/in"', f'"{tmp_path}"'))
     runner = CliRunner()
@@ -91,7 +92,7 @@ def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, mo
     from cdclake import pipeline
     from cdclake.cli import STOPPED_TABLES, app
 
-    def run(config, progress=None):
+    def run(config, progress=None, say=None):
         report = pipeline.BatchReport("main", 4, records=14, events=7, failed=6, skipped=1, dead_letters=12,
                                       stopped={"shop.users": "a narrowing type change"})
         progress(report)
@@ -124,7 +125,7 @@ def test_a_run_the_machine_refuses_to_write_says_where_and_why_in_a_line(tmp_pat
     from cdclake import pipeline
     from cdclake.cli import app
 
-    def run(config, progress=None):
+    def run(config, progress=None, say=None):
         raise RuntimeError(failure)
 
     monkeypatch.setattr(pipeline, "run", run)
@@ -133,7 +134,7 @@ def test_a_run_the_machine_refuses_to_write_says_where_and_why_in_a_line(tmp_pat
                                       "--lake", str(tmp_path / "lake")])
     assert (result.exit_code, result.output) == (2, f"cdclake: {said}\n")
     # Any other failure is not dressed up as one.
-    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: 1 / 0)
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None, say=None: 1 / 0)
     assert isinstance(CliRunner().invoke(app, ["run", "--format", "canal-json", "--input", str(tmp_path / "in"),
                                                "--lake", str(tmp_path / "lake")]).exception, ZeroDivisionError)
 

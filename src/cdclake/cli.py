@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
+import json
+import os
 import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from cdclake import formats
 from cdclake.events import to_json
@@ -19,12 +25,53 @@ from cdclake.formats.base import Failure, parse_options
 from cdclake.records import FileLine, Record, read_file, write_records
 
 if TYPE_CHECKING:
+    from cdclake.config import PipelineConfig
     from cdclake.sources.kafka import ClientSettings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+
+class _PlainHelp:
+    """Help texts shown as written: rich would read ``[/REGISTRY]`` or ``[default: 600]`` in them as markup (and
+    crash on the first, drop the second)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = self.help and escape(self.help)
+        for param in self.params:
+            if getattr(param, "help", None):
+                param.help = escape(param.help)
+
+
+class _Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class _Group(_PlainHelp, TyperGroup):
+    pass
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group,
                   help="Database change streams from Kafka into correct Delta Lake tables, on Spark.")
 
 BATCH = 10_000
+
+# Exit codes, one meaning each (README, "Exit codes"): scripts and schedulers tell a typo from an outage.
+DATA_ERRORS = 1  # records that could not be decoded or applied (beyond the tolerance), rows that failed a check
+USAGE = 2  # a flag, file or path that is wrong: running again as it is fails again
+STOPPED_TABLES = 3  # tables stopped (see README, "DDL"): the other tables are up to date
+UNREACHABLE = 4  # Kafka, a schema registry or storage could not be reached, or refused the run
+INTERRUPTED = 130  # a signal ended a run that was to stop by itself
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cdclake {importlib.metadata.version('cdclake')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False) -> None:
+    pass
 
 FormatName = Annotated[str, typer.Option("--format", "-f", help="Wire format: " + ", ".join(formats.names()))]
 OptionPairs = Annotated[list[str] | None, typer.Option(
@@ -41,9 +88,9 @@ KafkaRetrySeconds = Annotated[float | None, typer.Option(
          "[default: 600].")]
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = USAGE) -> typer.Exit:
     typer.echo(f"cdclake: {message}", err=True)
-    return typer.Exit(2)
+    return typer.Exit(code)
 
 
 def _require_files(paths: list[Path]) -> None:
@@ -59,7 +106,7 @@ def _require_lake(lake: Path) -> None:
         raise _fail(f"{lake}: no such lake directory")
     _refuse_foreign(lake)
     if not S.is_lake(str(lake)):
-        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory and no Delta table at DATABASE/TABLE)")
+        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory: no run has written to it)")
 
 
 def _refuse_foreign(lake: Path) -> None:
@@ -96,7 +143,8 @@ def decode(
         raise _fail(str(exc)) from None
     _require_files(files)
     out = sys.stdout.buffer
-    records = events = failed = skipped = 0
+    records = events = failed = skipped = keyless = 0
+    samples: list[Record] = []  # a few records that failed to decode, for a hint at their format
     waiting: list[Record] = []  # decoded again with the next batch (see Decoded.waiting)
     where: dict[int, FileLine] = {}
     for batch in itertools.chain(_batches(files), [None]):
@@ -111,17 +159,18 @@ def decode(
                 continue
             where[id(line.record)] = line
             good.append(line.record)
+            keyless += line.record.key is None
         try:
             result = fmt.decode(good, more=batch is not None)
         except fmt.fatal as exc:  # e.g. a schema registry that is down, or corruption-handling=error
             out.flush()
-            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise _fail(f"{format_name}: stopped: {exc}", _stopping_code(type(exc).__name__)) from None
         for event in result.events:
             out.write(to_json(event) + b"\n")
         events += len(result.events)
         skipped += result.skipped
         failed += len(result.failures)
+        samples.extend(failure.record for failure in result.failures[:SAMPLES - len(samples)])
         for failure in result.failures:
             _report(failure, where[id(failure.record)])
             if strict:
@@ -130,9 +179,29 @@ def decode(
         waiting = result.waiting
         where = {id(r): where[id(r)] for r in waiting}
     out.flush()
-    typer.echo(f"{records} records: {events} events, {skipped} skipped, {failed} failed", err=True)
+    typer.echo(f"{_n(records, 'record')}: {_n(events, 'event')}, {skipped:,} skipped, {failed:,} failed", err=True)
+    if failed and not events:
+        _say_what_they_look_like(samples, format_name)
+    if keyless and format_name in KEYS_FROM_KAFKA:
+        typer.echo(f"warning: {_n(keyless, 'record')} without a Kafka key: {format_name} takes a row's key from "
+                   "it, and without one the whole row is the key (`cdclake capture` keeps the keys)", err=True)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(DATA_ERRORS)
+
+
+# The formats whose rows take their key from the Kafka record's key (README, "Keys").
+KEYS_FROM_KAFKA = ("debezium-avro", "debezium-json")
+
+# How many of the records that failed to decode are tried in every format, for a hint at the one they are in.
+SAMPLES = 5
+
+
+def _say_what_they_look_like(samples: list[Record], format_name: str) -> None:
+    """When every record failed: the formats that would have decoded some of them, if any."""
+    others = [name for name in formats.looks_like(samples) if name != format_name]
+    if others:
+        typer.echo(f"hint: none of the records decoded as {format_name}; they look like {' or '.join(others)} "
+                   f"(--format {others[0]})", err=True)
 
 
 def _report(failure: Failure, line: FileLine) -> None:
@@ -179,6 +248,12 @@ def run(
     metrics_port: Annotated[int | None, typer.Option(
         help="Serve Prometheus metrics on this port while the run lasts (0: any free one).")] = None,
     metrics_host: Annotated[str | None, typer.Option(help="The address the metrics listen on.")] = None,
+    on_error: Annotated[str, typer.Option(
+        help="A record that cannot be decoded goes to the dead letters (dead-letter), or also stops the run after "
+             "its batch (fail).")] = "dead-letter",
+    max_dead_letter_ratio: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="The share of the records that may go to the dead letters before the run exits 1 "
+                               "(1: never).")] = 0.0,
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
     tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
@@ -197,6 +272,10 @@ def run(
         else:
             if not (format_name and lake) or (input_dir is None) == (kafka_servers is None):
                 raise ValueError("give PIPELINE.toml, or --format, --lake and one of --input and --kafka")
+            kafka_only = [max(p.opts, key=len) for p in ctx.command.params if p.name in _KAFKA_ONLY
+                          and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+            if input_dir is not None and kafka_only:
+                raise ValueError(f"{', '.join(kafka_only)} for Kafka: --input reads files")
             fmt_cls = formats.get(format_name)
             source = C.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
                                     options=parse_options(fmt_cls, option or []),
@@ -206,7 +285,8 @@ def run(
                                     connector=connector, consistency=consistency,
                                     kafka_retry_seconds=kafka_retry_seconds)
             cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
-                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote)
+                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
+                                   on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
         cfg.metrics_port = cfg.metrics_port if metrics_port is None else metrics_port
         cfg.metrics_host = metrics_host or cfg.metrics_host
         cfg.validate()
@@ -219,27 +299,32 @@ def run(
         stopped = f" STOPPED {report.stopped}" if report.stopped else ""
         if report.consistent_ts is not None:
             stopped += f", {report.held} held, consistent up to commit_ts {report.consistent_ts}"
-        where = (f" (read+decode+plan {report.plan_seconds:.1f}s, apply {report.apply_seconds:.1f}s)"
+        where = (f"; read+decode+plan {report.plan_seconds:.1f}s, apply {report.apply_seconds:.1f}s"
                  if report.plan_seconds else "")
-        typer.echo(f"batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
-                   f"+{report.inserted} ~{report.updated} -{report.deleted} rows, "
-                   f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped} skipped, "
-                   f"{report.seconds:.1f}s{where}{stopped}", err=True)
+        _say(f"batch {report.batch} [{report.source}]: {_n(report.records, 'record')}, "
+             f"{_n(report.events, 'event')}, +{report.inserted:,} ~{report.updated:,} -{report.deleted:,} rows, "
+             f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped:,} skipped, "
+             f"{report.seconds:.1f}s ({_rate(report.records, report.seconds)}{where}){stopped}")
 
+    from cdclake.confluent import RegistryError
     from cdclake.sources.kafka import KafkaSourceError
 
     try:
-        summary = run_pipeline(cfg, progress=show)
-    except (ValueError, KafkaSourceError) as exc:
+        started = time.monotonic()
+        summary = run_pipeline(cfg, progress=show, say=_say)
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except KafkaSourceError as exc:
+        raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
+    except RegistryError as exc:  # found down before Spark started
+        raise _fail(f"stopped: {exc}", UNREACHABLE) from None
     except KeyboardInterrupt:  # a signal before any batch (waiting for Kafka), or a second one
-        typer.echo("cdclake: interrupted", err=True)
-        raise typer.Exit(130) from None
+        raise _fail("interrupted", INTERRUPTED) from None
     except Exception as exc:
         stopped = stopping_error(exc)
         if stopped is not None:
-            typer.echo(f"cdclake: stopped: {stopped}", err=True)
-            raise typer.Exit(1) from None
+            kind, message = stopped
+            raise _fail(f"stopped: {message}", _stopping_code(kind)) from None
         problem = file_system_problem(exc)
         if problem is None:
             raise
@@ -248,40 +333,92 @@ def run(
     # the batch the signal found was finished: running it again reads what it left, if anything.
     interrupted = summary.signalled and not cfg.follow
     ended = "stopped" if summary.signalled else "done"
-    typer.echo(f"{ended}: {len(summary.batches)} batches, {summary.total('records')} records, "
-               f"{summary.total('events')} events, {summary.total('inserted')} inserted, "
-               f"{summary.total('updated')} updated, {summary.total('deleted')} deleted, "
-               f"{_dead_letters(summary.total('dead_letters'), summary.total('failed'))}, "
-               f"{summary.total('skipped')} skipped", err=True)
+    records, failed, seconds = summary.total("records"), summary.total("failed"), time.monotonic() - started
+    typer.echo(f"{ended}: {_n(len(summary.batches), 'batch', 'batches')}, {_n(records, 'record')}, "
+               f"{_n(summary.total('events'), 'event')}, {summary.total('inserted'):,} inserted, "
+               f"{summary.total('updated'):,} updated, {summary.total('deleted'):,} deleted, "
+               f"{_dead_letters(summary.total('dead_letters'), failed)}, {summary.total('skipped'):,} skipped "
+               f"in {seconds:.1f}s ({_rate(records, seconds)})", err=True)
     for table, why in sorted(summary.stopped.items()):
         typer.echo(f"table {table} is STOPPED, its records go to the dead letters: {why}", err=True)
     if summary.total("dead_letters"):
         typer.echo(f"the dead letters, with why: cdclake dead-letters {cfg.lake} --pipeline {cfg.name}", err=True)
+    for empty in [] if records else _empty_inputs(cfg):
+        typer.echo(f"warning: {empty}: no records in it", err=True)
     if interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
     if summary.stopped:
         raise typer.Exit(STOPPED_TABLES)
+    if summary.gave_up:
+        raise _fail(f"stopped: {summary.gave_up}", DATA_ERRORS)
+    if failed > cfg.max_dead_letter_ratio * records:
+        if not summary.total("events"):
+            _say_what_they_look_like(_dead_letter_samples(cfg), cfg.sources[0].format if len(cfg.sources) == 1
+                                     else "")
+        raise _fail(f"{failed:,} of {records:,} records ({failed / records:.0%}) could not be decoded, more than "
+                    f"max_dead_letter_ratio = {cfg.max_dead_letter_ratio:g} allows", DATA_ERRORS)
 
 
-# The exit code of a run that ended with tables stopped (see README, "DDL"): the other tables are up to date.
-STOPPED_TABLES = 3
+def _empty_inputs(cfg: PipelineConfig) -> list[str]:
+    """The file inputs of the pipeline that hold no record (a mistyped folder, or a producer that wrote nothing)."""
+    def holds_some(path: Path) -> bool:
+        files = path.rglob("*") if path.is_dir() else [path]
+        return any(each.is_file() and each.stat().st_size for each in files)
+
+    return [source.input for source in cfg.sources if source.input and not holds_some(Path(source.input))]
+
+
+def _say(line: str) -> None:
+    """A progress line, with the time it is said."""
+    typer.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
+
+
+def _n(count: int, word: str, words: str | None = None) -> str:
+    """``1 record``, ``1,234 records``."""
+    return f"{count:,} {word if count == 1 else words or word + 's'}"
+
+
+def _rate(records: int, seconds: float) -> str:
+    return f"{records / seconds:,.0f} records/s" if seconds > 0 else "- records/s"
+
+
+def _dead_letter_samples(cfg: PipelineConfig) -> list[Record]:
+    """The last few records the pipeline dead-lettered, as they were read."""
+    from cdclake import status as S
+
+    dead = S.dead_letters(cfg.lake, pipeline=cfg.name, with_bytes=True)
+    return S.dead_letter_records(dead.slice(max(0, dead.num_rows - SAMPLES)))
+
+
+# The flags of `run` that only a Kafka source reads.
+_KAFKA_ONLY = ("topic", "topic_pattern", "starting_offsets", "kafka_option", "kafka_retry_seconds", "connector")
+
+
+def _stopping_code(kind: str) -> int:
+    """The exit code for an error that stops a run or a decode by design, by its class name: records that cannot be
+    had as they should (corruption, records gone from Kafka) are data errors; the rest is a service unreachable."""
+    return DATA_ERRORS if kind in ("CorruptionError", "DataLoss") else UNREACHABLE
 
 
 def _dead_letters(dead_letters: int, failed: int) -> str:
     """The dead letters, with those of stopped tables apart: their records were decoded, and count as events too."""
     stopped = dead_letters - failed
-    return f"{dead_letters} dead letters" + (f" ({stopped} of stopped tables)" if stopped > 0 else "")
+    return _n(dead_letters, "dead letter") + (f" ({stopped:,} of stopped tables)" if stopped > 0 else "")
 
 
 @app.command()
-def status(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
-    """Per table: rows, last applied commit_ts/position, last batch time; dead letters by reason. Exits 1 when a
-    table could not be read (its line says why)."""
+def status(
+    lake: Annotated[Path, typer.Argument(help="Lake root directory.")],
+    show_all: Annotated[bool, typer.Option("--all", help="Also the tables dropped or renamed.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="As one JSON object, every table in it.")] = False,
+) -> None:
+    """Per table, by name: rows, last applied commit_ts/position, last batch time; dead letters by reason. Exits 1
+    when a table could not be read (its line says why)."""
     from cdclake import status as S
 
     _require_lake(lake)
     state = S.collect(str(lake))
-    typer.echo(S.render(state))
+    typer.echo(json.dumps(state, indent=2, default=str) if as_json else S.render(state, show_all))
     if S.unreadable_tables(state):  # each named on its line above; the exit code tells a script
         raise typer.Exit(1)
 
@@ -302,6 +439,11 @@ def dead_letters(
     from cdclake import status as S
 
     _require_lake(lake)
+    if pipeline is not None:
+        known = S.pipelines(str(lake))
+        if not S.has_pipeline(known, pipeline):
+            raise _fail(f"{lake} has no pipeline {pipeline!r} (its pipelines: "
+                        f"{', '.join(sorted({n.split('.')[0] for n in known})) or 'none yet'})")
     try:
         dead = S.dead_letters(str(lake), reason, pipeline, format_name, with_bytes=write is not None)
     except S.DAMAGED as exc:
@@ -310,7 +452,7 @@ def dead_letters(
     for line in shown:
         typer.echo(line)
     more = f" ({len(shown)} listed; --limit 0 lists all)" if len(shown) < dead.num_rows else ""
-    typer.echo(f"{dead.num_rows} dead letter{'' if dead.num_rows == 1 else 's'}{more}", err=True)
+    typer.echo(f"{_n(dead.num_rows, 'dead letter')}{more}", err=True)
     if write is not None:
         kinds = sorted(set(dead["format"].to_pylist()))
         if len(kinds) > 1:
@@ -320,7 +462,7 @@ def dead_letters(
             count = write_records(write, S.dead_letter_records(dead))
         except OSError as exc:
             raise _fail(f"{write}: {exc.strerror or exc}") from None
-        typer.echo(f"wrote {count} records to {write}", err=True)
+        typer.echo(f"wrote {_n(count, 'record')} to {write}", err=True)
 
 
 @app.command()
@@ -336,9 +478,7 @@ def maintain(
     VACUUM, for the source tables and the lake's own under _cdclake/)."""
     from cdclake.sinks.delta import maintain as maintain_lake
 
-    if not lake.is_dir():
-        raise _fail(f"{lake}: no such lake directory")
-    _refuse_foreign(lake)
+    _require_lake(lake)
     for done in maintain_lake(str(lake), retention_hours, compact):
         typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
 
@@ -399,9 +539,10 @@ def generate(
         _publish(settings, generated.records, partitions)
     profile = W.profile_for(format_name, options)
     manifest = generated.manifest
-    typer.echo(f"{format_name}: {manifest['events']} events ({_counts(manifest['event_counts'])}) → "
-               f"{manifest['records']} records in {len(files)} files under {out / W.RECORDS_DIR}; "
-               f"expected: {manifest['expected_rows']} rows in {len(generated.expected)} tables", err=True)
+    typer.echo(f"{format_name}: {_n(manifest['events'], 'event')} ({_counts(manifest['event_counts'])}) → "
+               f"{_n(manifest['records'], 'record')} in {_n(len(files), 'file')} under {out / W.RECORDS_DIR}; "
+               f"expected: {_n(manifest['expected_rows'], 'row')} in {_n(len(generated.expected), 'table')}",
+               err=True)
     if replays and not profile.replay_safe:
         typer.echo(f"note: {format_name} cannot make a redelivered record harmless (no exact commit order), "
                    "so a pipeline may not reach the expected state from these replays", err=True)
@@ -450,8 +591,7 @@ def verify(
         try:
             checks = fmt.verify([line.record for line in lines])
         except RegistryError as exc:
-            typer.echo(f"cdclake: {format_name}: stopped: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise _fail(f"{format_name}: stopped: {exc}", UNREACHABLE) from None
         for line, check in zip(lines, checks, strict=True):
             counts[check.status] += 1
             if check.status == SKIPPED:
@@ -493,10 +633,12 @@ def _publish(settings: ClientSettings, records: list[Record], partitions: int) -
 
     try:
         acked = kafka.publish(settings, records, partitions)
-    except (ValueError, kafka.KafkaSourceError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except kafka.KafkaSourceError as exc:
+        raise _fail(str(exc), UNREACHABLE) from None
     topics = sorted(acked)
-    typer.echo(f"produced {len(records)} records to Kafka at {settings.servers}: {', '.join(topics)} "
+    typer.echo(f"produced {_n(len(records), 'record')} to Kafka at {settings.servers}: {', '.join(topics)} "
                f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
 
 
@@ -524,15 +666,17 @@ def capture(
         raise _fail(str(exc)) from None
 
     def show(done: kafka.Captured) -> None:
-        typer.echo(f"{done.range}: {done.records} records → {done.path}", err=True)
+        typer.echo(f"{done.range}: {_n(done.records, 'record')} → {done.path}", err=True)
 
     try:
         captured = kafka.capture(settings, subscription, out, starting=starting, max_records=max_records or None,
                                  progress=show)
-    except (ValueError, kafka.KafkaSourceError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    except kafka.KafkaSourceError as exc:
+        raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
     total = sum(c.records for c in captured)
-    typer.echo(f"captured {total} records from {len(captured)} partition(s) of {subscription.describe()} "
+    typer.echo(f"captured {_n(total, 'record')} from {_n(len(captured), 'partition')} of {subscription.describe()} "
                f"into {out}", err=True)
 
 
@@ -617,5 +761,22 @@ def serve(
     typer.echo("cdclake: the Spark Connect server stopped", err=True)
 
 
+for _info in app.registered_commands:  # every command's help shown as written (see _PlainHelp)
+    _info.cls = _Command if _info.cls is TyperCommand else _info.cls
+
+
+# Commands that only read the lake: they end without C++'s static destructors, one of which (of pyarrow's threads)
+# aborted about one `cdclake status` in forty beside a run writing the lake: "terminate called without an active
+# exception", exit 134, after all was said.
+_EXIT_AT_ONCE = ("status", "dead-letters")
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        if len(sys.argv) > 1 and sys.argv[1] in _EXIT_AT_ONCE:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(done.code if isinstance(done.code, int) else 0 if done.code is None else 1)
+        raise

@@ -7,6 +7,8 @@ checkpoint = "/data/ckpt"     # optional; default <lake>/_cdclake/checkpoints/<n
 follow = false                # true: keep watching the sources, all at once (false: one after another)
 poll_seconds = 0.2            # with follow: how often an idle source is asked for new records
 tombstone_retention_hours = 168
+on_error = "dead-letter"      # or "fail": stop after the first batch with records that cannot be decoded
+max_dead_letter_ratio = 0.0   # a run that dead-letters more than this share of its records exits 1
 
 [spark]                       # optional: attach to a cluster instead of local[*]
 master = "spark://host:7077"  # or remote = "sc://host:15002" for Spark Connect
@@ -139,6 +141,7 @@ def make_directory(what: str, path: str) -> None:
 
 
 CONNECTORS = ("cdclake", "spark")
+ON_ERROR = ("dead-letter", "fail")
 CONSISTENCY = ("none", "resolved-ts")
 RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
 # A following pipeline's trigger interval: new records wait for the next poll, 0.1 s on average where 1 s cost them
@@ -164,6 +167,10 @@ class PipelineConfig:
     storage_options: dict[str, str] | None = None
     metrics_port: int | None = None  # None: no metrics served
     metrics_host: str = METRICS_HOST
+    # What a record that cannot be decoded does: goes to the dead letters ("dead-letter"), or also stops the run
+    # after its batch ("fail"); and the share of a run's records that may be dead-lettered before it exits 1.
+    on_error: str = "dead-letter"
+    max_dead_letter_ratio: float = 0.0
 
     def checkpoint_dir(self) -> str:
         return self.checkpoint or os.path.join(self.lake, "_cdclake", "checkpoints", self.name)
@@ -187,12 +194,16 @@ class PipelineConfig:
             raise ValueError(f"tombstone_retention_hours must be 0 or more, not {self.tombstone_retention_hours}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"the metrics port must be 0 to 65535, not {self.metrics_port}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, not {self.on_error!r}")
+        if not 0 <= self.max_dead_letter_ratio <= 1:
+            raise ValueError(f"max_dead_letter_ratio must be from 0 to 1, not {self.max_dead_letter_ratio}")
         for source in self.sources:
             source.validate()
 
 
 _TOP = {"name", "lake", "checkpoint", "follow", "poll_seconds", "tombstone_retention_hours", "spark", "source",
-        "storage", "metrics"}
+        "storage", "metrics", "on_error", "max_dead_letter_ratio"}
 _SOURCE = {"name", "format", "input", "options", "max_records_per_batch", "kafka", "topics", "topic_pattern",
            "starting_offsets", "kafka_options", "connector", "consistency", "kafka_retry_seconds"}
 _SPARK = {"master", "remote", "conf"}
@@ -316,4 +327,6 @@ def load(path: str) -> PipelineConfig:
         spark_conf={k: _text(v) for k, v in _value(spark, "conf", dict, {}, in_spark).items()},
         storage_options=_value(data, "storage", dict, None, top),
         metrics_port=_value(metrics, "port", int, None, in_metrics),
-        metrics_host=_value(metrics, "host", str, METRICS_HOST, in_metrics))
+        metrics_host=_value(metrics, "host", str, METRICS_HOST, in_metrics),
+        on_error=_value(data, "on_error", str, "dead-letter", top),
+        max_dead_letter_ratio=_value(data, "max_dead_letter_ratio", float, 0.0, top))

@@ -481,6 +481,22 @@ class HttpRegistry(_CachingRegistry):
         except Exception as exc:
             raise RegistryError(self._explain(exc, f"registering a schema under subject {subject!r}")) from None
 
+    def check(self, timeout: float = 10.0) -> None:
+        """Raises :class:`RegistryError` when the registry cannot be reached or refuses the credentials: said before
+        a run starts Spark, rather than by its first batch's tasks. Any other answer will do (a path of Apicurio's
+        API may answer 404 here)."""
+        request = urllib.request.Request(f"{self.url}/subjects" if not urlsplit(self.url).path else self.url)
+        if self._auth is not None:
+            request.add_header("Authorization", "Basic " + base64.b64encode(self._auth.encode()).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=timeout):
+                pass
+        except HTTPError as exc:
+            if exc.code in (401, 403):
+                raise RegistryError(self._explain(exc, "checking it before the run")) from None
+        except OSError as exc:
+            raise RegistryError(self._explain(exc, "checking it before the run")) from None
+
     def _explain(self, exc: Exception, doing: str) -> str:
         """An error text with no credential in it (exception texts may quote URLs or request data)."""
         status = exc.code if isinstance(exc, HTTPError) else getattr(exc, "http_status_code", None)

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -84,6 +85,8 @@ class RunSummary:
     batches: list[BatchReport] = field(default_factory=list)
     # Ended by SIGINT or SIGTERM: a following run's way to end; a run that stops once caught up may not have.
     signalled: bool = False
+    # Why the run stopped before it had read all (on_error = "fail": a batch with records that failed to decode).
+    gave_up: str | None = None
     stopped: dict[str, str] = field(default_factory=dict)  # the tables stopped when the run ended, and why
 
     def total(self, name: str) -> int:
@@ -549,8 +552,19 @@ def one_batch_at_a_time(lake: str) -> Iterator[None]:
     name = lake if "://" in lake else os.path.abspath(lake)
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     path = private_directory(Path(tempfile.gettempdir())) / f"lake-{digest}.lock"
-    with open(path, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with open(path, "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another batch holds it: say whose, as the wait may be long
+            held.seek(0)
+            holder = held.read().strip() or "another run"
+            logger.warning("waiting for the run holding lake %s (%s) to finish its batch", name, holder)
+            since = time.monotonic()
+            fcntl.flock(held, fcntl.LOCK_EX)
+            logger.warning("lake %s: waited %.1fs for the run holding it", name, time.monotonic() - since)
+        held.truncate(0)
+        held.write(f"pid {os.getpid()}, host {socket.gethostname()}")
+        held.flush()
         try:
             yield
         finally:
@@ -580,16 +594,23 @@ def _new_checkpoint(checkpoint: str) -> bool:
     return not os.path.isdir(offsets) or not any(name.isdigit() for name in os.listdir(offsets))
 
 
-def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None) -> RunSummary:
-    """Run every source of the pipeline until caught up (or forever with ``follow``)."""
+def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSession | None = None,
+        say: Callable[[str], None] = logger.warning) -> RunSummary:
+    """Run every source of the pipeline until caught up (or forever with ``follow``). ``say`` tells the user what
+    the run is waiting for."""
     refused = lakepaths.refuse_foreign(config.lake)  # tables named as an earlier cdclake did: never re-mapped
     if refused:
         raise ValueError(refused)
     config.make_directories()
+    if "://" not in config.lake:  # what makes a directory a lake for `status` and the other commands
+        os.makedirs(os.path.join(config.lake, "_cdclake"), exist_ok=True)
     _check_kafka_sources(config)
+    if spark is None:
+        _check_registries(config)
     loading = None
     if spark is None:
-        spark = get_session(config.spark_master, config.spark_remote, config.spark_conf, short_run=not config.follow)
+        say("starting Spark…")
+        spark = _start_spark(config)
         loading = _start_loading_python_workers(spark, config)
     register(spark)
     compiled.warn_if_missing()
@@ -606,6 +627,19 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
         # run of an empty input ends in about 2 s, before the loading does, which takes about a second).
         if loading is not None:
             loading.join()
+
+
+def _start_spark(config: PipelineConfig) -> SparkSession:
+    """The run's Spark session. A signal meanwhile ends the run at once (KeyboardInterrupt), whatever py4j made of
+    the JVM's start being cut short."""
+    with _stop_on_signal() as stop, _before_batches():
+        try:
+            return get_session(config.spark_master, config.spark_remote, config.spark_conf,
+                               short_run=not config.follow)
+        except Exception:
+            if stop.is_set():
+                raise KeyboardInterrupt from None
+            raise
 
 
 # The job group of the job that loads a new local session's Python workers (see _start_loading_python_workers).
@@ -691,6 +725,7 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
     that follows its source never ends by itself, so the sources after it would never be read. ``stop``, once
     set, stops them after the batches they are applying."""
     summary = RunSummary()
+    progress = _failing_on_error(config, progress, summary, stop)
     if config.follow:
         runs = [_source_run(spark, config, source, progress, stop) for source in config.sources]
         _follow(spark, runs, config, stop)
@@ -710,28 +745,55 @@ def _run_sources(spark: SparkSession, config: PipelineConfig, progress: Progress
     for run in runs:
         run.finish(summary)
         run.applier.sink.expire_tombstones()
-    summary.signalled = stop.is_set()
+    summary.signalled = stop.is_set() and summary.gave_up is None
     return summary
+
+
+def _failing_on_error(config: PipelineConfig, progress: Progress | None, summary: RunSummary,
+                      stop: threading.Event) -> Progress | None:
+    """``progress``, which with ``on_error = "fail"`` also stops the run after a batch whose records failed to
+    decode: they are in the dead letters, and the next run goes on after them."""
+    if config.on_error != "fail":
+        return progress
+
+    def report(batch: BatchReport) -> None:
+        if progress is not None:
+            progress(batch)
+        if batch.failed and summary.gave_up is None:
+            summary.gave_up = (f"batch {batch.batch} [{batch.source}] had {batch.failed:,} "
+                               f"record{'' if batch.failed == 1 else 's'} that failed to decode (on_error = fail)")
+            stop.set()
+
+    return report
 
 
 @contextlib.contextmanager
 def _stop_on_signal() -> Iterator[threading.Event]:
     """SIGINT (Ctrl-C) and SIGTERM set the event, which ends the run after the batches being applied, with its
     summary; a second signal acts as it would have without the run (Spark's SIGINT handler cancels the jobs and
-    raises KeyboardInterrupt). Before, Ctrl-C raised KeyboardInterrupt inside whichever call to the JVM was
-    under way, which printed py4j's tracebacks and left the batch half applied for the next run to finish.
-    Handlers can only be set on the main thread: a run on another thread is stopped by its caller."""
+    raises KeyboardInterrupt). A signal within :data:`SAME_SIGNAL_S` of the first is the same one delivered again:
+    ``timeout`` and ``kill -- -PGID`` send it to the run and to its process group, which holds the run too.
+    Before, Ctrl-C raised KeyboardInterrupt inside whichever call to the JVM was under way, which printed py4j's
+    tracebacks and left the batch half applied for the next run to finish. Handlers can only be set on the main
+    thread: a run on another thread is stopped by its caller."""
     stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    first: list[float] = []  # when the first signal came
 
     def request_stop(number: int, _frame: object) -> None:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
+        if first:
+            if time.monotonic() - first[0] < SAME_SIGNAL_S:
+                return
+            for each, handler in previous.items():
+                signal.signal(each, handler)
+            signal.raise_signal(number)  # as it would have been without the run
+            return
+        first.append(time.monotonic())
         stop.set()
-        if _waiting_for_kafka.is_set():  # no batch to finish: a broker that is down would be waited for minutes
+        if _no_batch_yet.is_set():  # no batch to finish: a broker that is down would be waited for minutes
             raise KeyboardInterrupt
         logger.warning("stopping after the batches being applied (%s); again to stop at once",
                        signal.Signals(number).name)
@@ -742,7 +804,12 @@ def _stop_on_signal() -> Iterator[threading.Event]:
         yield stop
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            if signal.getsignal(number) is request_stop:  # not one set meanwhile (Spark's, as its session starts)
+                signal.signal(number, handler)
+
+
+# How long after a signal the same signal again counts as the first one delivered twice (see _stop_on_signal).
+SAME_SIGNAL_S = 1.0
 
 
 def _source_partitions(source: SourceConfig) -> list[tuple[str, int]]:
@@ -933,11 +1000,11 @@ _STOPPING = re.compile(r"^(?:[\w.]+\.)?(RegistryError|CorruptionError|KafkaUnava
                        r"(.+)$", re.MULTILINE)
 
 
-def stopping_error(failure: BaseException) -> str | None:
-    """The message of the error that stopped a run by design, found within Spark's exception; None for any other
-    failure."""
+def stopping_error(failure: BaseException) -> tuple[str, str] | None:
+    """The class name and message of the error that stopped a run by design, found within Spark's exception; None
+    for any other failure."""
     found = _STOPPING.search(str(failure))
-    return None if found is None else found[2].strip()
+    return None if found is None else (found[1], found[2].strip())
 
 
 def _declined(failure: Exception) -> bool:
@@ -1053,17 +1120,18 @@ class SourceRead:
         return reread(changelog.sparkSession, self.data_source, options, inputs)
 
 
-# Set while a run asks Kafka where to start, before any batch: a signal then ends the run at once (see _stop_on_signal).
-_waiting_for_kafka = threading.Event()
+# Set while a run starts Spark or asks Kafka where to start, before any batch: a signal then ends the run at once (see
+# _stop_on_signal).
+_no_batch_yet = threading.Event()
 
 
 @contextlib.contextmanager
-def _asking_kafka() -> Iterator[None]:
-    _waiting_for_kafka.set()
+def _before_batches() -> Iterator[None]:
+    _no_batch_yet.set()
     try:
         yield
     finally:
-        _waiting_for_kafka.clear()
+        _no_batch_yet.clear()
 
 
 def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfig, sink: Sink,
@@ -1073,7 +1141,7 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     batches read (their progress rows' offsets, per topic and partition): a changed batch size or input, or a
     checkpoint deleted after a crash, then neither loses nor repeats a change."""
     if source.kafka is not None:
-        with _asking_kafka():
+        with _before_batches():
             return _kafka_read(source, config, sink)
     if source.input is None:
         raise ValueError(f"source {source.name}: neither input nor kafka")
@@ -1113,11 +1181,22 @@ def _check_kafka_sources(config: PipelineConfig) -> None:
     JVM holding memory; a signal meanwhile ends the run at once. (A following run waits for its topics.)"""
     if config.follow:
         return
-    with _stop_on_signal(), _asking_kafka():
+    with _stop_on_signal(), _before_batches():
         for source in config.sources:
             if source.kafka is not None:
                 with kafka.KafkaClient(source.client_settings()) as client:
                     _kafka_partitions(client, source, config)
+
+
+def _check_registries(config: PipelineConfig) -> None:
+    """Each source's schema registry reachable over HTTP, before Spark starts, as the Kafka sources are: a registry
+    that is down is then one line in a second, not the first batch's failure after Spark's start, with its noise."""
+    from cdclake import confluent
+
+    for source in config.sources:
+        registry = str(source.options.get("registry") or "")
+        if registry.lower().startswith(("http://", "https://")):
+            confluent.HttpRegistry(registry).check()
 
 
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:

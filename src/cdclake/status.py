@@ -15,7 +15,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.lakepaths import lake_tables, table_path
 from cdclake.records import Record
-from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, read_dataset, read_history
+from cdclake.sinks.delta import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO, read_dataset, read_history
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
 # data file deleted (OSError) or one that is no Parquet (ArrowException).
@@ -40,9 +40,25 @@ def _read(uri: str, columns: list[str]) -> pa.Table | None:
 
 
 def is_lake(lake: str) -> bool:
-    """Whether a local directory holds the lake's own tables or a Delta table at ``<database>/<table>``: a path
-    with neither is more likely mistyped than a lake before its first batch."""
-    return os.path.isdir(os.path.join(lake, "_cdclake")) or bool(lake_tables(lake))
+    """Whether a local directory is a lake: a run makes its ``_cdclake`` directory before anything else. Delta
+    tables at ``<database>/<table>`` alone do not make one (``/tmp`` may hold some of other programs)."""
+    return os.path.isdir(os.path.join(lake, "_cdclake"))
+
+
+def pipelines(lake: str) -> list[str]:
+    """The pipelines (``NAME.SOURCE``) that have recorded a batch or a dead letter in the lake."""
+    names: set[str] = set()
+    for own in ("progress", "dead_letters"):
+        table = _read(os.path.join(lake, "_cdclake", own), ["pipeline"])
+        if table is not None:
+            names.update(pc.unique(table["pipeline"]).to_pylist())
+    return sorted(name for name in names if name)
+
+
+def has_pipeline(names: list[str], pipeline: str) -> bool:
+    """Whether ``pipeline`` (a run's ``--name``, or ``NAME.SOURCE``) is among ``names``, as :func:`dead_letters`
+    selects them."""
+    return any(name == pipeline or name.startswith(f"{pipeline}.") for name in names)
 
 
 def collect(lake: str) -> dict[str, Any]:
@@ -53,6 +69,9 @@ def collect(lake: str) -> dict[str, Any]:
             dt = _open(table_path(lake, database, table))
             if dt is not None:
                 tables[name] = {"rows": dt.to_pyarrow_dataset().count_rows()}
+                renamed = dt.metadata().configuration.get(RENAMED_TO)
+                if renamed is not None:
+                    tables[name]["renamed_to"] = renamed
                 consistent = dt.metadata().configuration.get(CONSISTENT_UP_TO)
                 if consistent is not None:
                     tables[name]["consistent_ts"] = int(consistent)
@@ -70,7 +89,7 @@ def collect(lake: str) -> dict[str, Any]:
     except DAMAGED as exc:
         unreadable["_cdclake/progress"] = first_line(exc)
     for name, state in latest.items():
-        info = tables.setdefault(name, {"rows": 0})
+        info = tables.setdefault(name, {"rows": 0, "gone": True})  # applied to, and no lake table now: dropped
         commit_ts, _, position = (state.get("last_seq") or "").partition("/")
         info["commit_ts"] = int(commit_ts) if commit_ts.isdigit() else None
         info["position"] = position or None
@@ -84,7 +103,8 @@ def collect(lake: str) -> dict[str, Any]:
     if dead is not None:
         for item in pc.value_counts(dead["reason"]).to_pylist():
             reasons[_reason_class(item["values"])] += item["counts"]
-    return {"tables": tables, "unreadable": unreadable, "dead_letters": dict(reasons.most_common())}
+    return {"tables": dict(sorted(tables.items())), "unreadable": unreadable,
+            "dead_letters": dict(reasons.most_common())}
 
 
 def unreadable_tables(state: dict[str, Any]) -> list[str]:
@@ -116,7 +136,18 @@ def shown(name: str) -> str:
         c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in name)
 
 
-def render(state: dict[str, Any]) -> str:
+def _former(info: dict[str, Any]) -> str | None:
+    """What became of a table the lake no longer holds under its name: renamed, or dropped."""
+    if info.get("renamed_to"):
+        return f"RENAMED to {info['renamed_to']}"
+    return "DROPPED (no lake table)" if info.get("gone") else None
+
+
+def render(state: dict[str, Any], everything: bool = False) -> str:
+    """The state as a table, by name; the tables dropped or renamed only with ``everything``."""
+    former = {name: _former(info) for name, info in state["tables"].items()}
+    hidden = [] if everything else [name for name, what in former.items() if what]
+    state = {**state, "tables": {name: info for name, info in state["tables"].items() if name not in hidden}}
     positions = {name: _readable(info.get("position")) for name, info in state["tables"].items()}
     width = max([len("position"), *map(len, positions.values())])
     lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':{width}} last batch"]
@@ -126,12 +157,16 @@ def render(state: dict[str, Any]) -> str:
             lines.append(f"{name:40} could not be read: {info['unreadable']}")
             continue
         flag = f"  STOPPED: {info['stopped']}" if info.get("stopped") else ""
+        if former[table]:
+            flag = f"  {former[table]}{flag}"
         if info.get("consistent_ts") is not None:
             flag += f"  consistent up to commit_ts {info['consistent_ts']}"
         lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
                      f"{positions[table]:{width}} {info.get('last_batch_at') or '-'}{flag}")
     if not state["tables"]:
         lines.append("(no tables)")
+    if hidden:
+        lines.append(f"({len(hidden):,} dropped or renamed table{'' if len(hidden) == 1 else 's'} not shown: --all)")
     lines.extend(f"{name:40} could not be read: {why}" for name, why in state["unreadable"].items())
     total = sum(state["dead_letters"].values())
     lines.append(f"dead letters: {total}")

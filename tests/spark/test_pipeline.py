@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -317,11 +318,11 @@ def test_a_run_stopped_by_its_registry_says_so_in_one_line(spark, tmp_path, monk
     with pytest.raises(Exception) as failed:  # whatever Spark wraps it in
         pipeline.run(cfg, spark=spark)
     said = f"schema registry http://127.0.0.1:{port} could not be reached"
-    assert pipeline.stopping_error(failed.value).startswith(said)
-    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: (_ for _ in ()).throw(failed.value))
+    assert pipeline.stopping_error(failed.value)[1].startswith(said)
+    monkeypatch.setattr(pipeline, "run", lambda config, progress=None, say=None: (_ for _ in ()).throw(failed.value))
     result = CliRunner().invoke(app, ["run", "--format", "debezium-avro", "--input", str(tmp_path / "in"),
                                       "--lake", str(tmp_path / "lake"), "--option", f"registry=http://127.0.0.1:{port}"])
-    assert result.exit_code == 1 and result.output.startswith(f"cdclake: stopped: {said}")
+    assert result.exit_code == 4 and result.output.startswith(f"cdclake: stopped: {said}")
     assert result.output.count("\n") == 1
 
 
@@ -1008,11 +1009,15 @@ def test_cdclake_run_says_what_it_did_and_nothing_of_sparks_start_up(tmp_path):
                            str(tmp_path / "in"), "--lake", str(tmp_path / "lake")],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
-    # The JVM itself names the incubator module Spark adds; no log4j profile, host address or log level lines.
-    jvm = "WARNING: Using incubator modules: jdk.incubator.vector"
-    lines = [line for line in done.stderr.splitlines() if line != jvm]
-    assert [line.split(" ", 1)[0] for line in lines] == ["batch", "done:"], done.stderr
-    assert lines[-1].startswith("done: 1 batches, 1 records, 1 events, 1 inserted")
+    # No log4j profile, host address or log level lines, nor the JVM's note of the incubator module Spark adds.
+    lines = done.stderr.splitlines()
+    assert [line.split(" ")[1] if line[:2].isdigit() else line.split(" ")[0] for line in lines] == [
+        "starting", "batch", "done:"], done.stderr  # each progress line after the time it was said
+    assert re.fullmatch(r"\d\d:\d\d:\d\d batch 0 \[main\]: 1 record, 1 event, \+1 ~0 -0 rows, 0 dead letters, "
+                        r"0 skipped, [\d.]+s \([\d,]+ records/s; read\+decode\+plan [\d.]+s, apply [\d.]+s\)",
+                        lines[1]), lines[1]
+    assert re.fullmatch(r"done: 1 batch, 1 record, 1 event, 1 inserted, 0 updated, 0 deleted, 0 dead letters, "
+                        r"0 skipped in [\d.]+s \([\d,]+ records/s\)", lines[-1]), lines[-1]
 
 
 def test_cdclake_run_with_dead_letters_says_which_command_lists_them(tmp_path):
@@ -1022,11 +1027,12 @@ def test_cdclake_run_with_dead_letters_says_which_command_lists_them(tmp_path):
     done = subprocess.run([sys.executable, "-m", "cdclake", "run", "--format", "canal-json", "--input",
                            str(tmp_path / "in"), "--lake", str(tmp_path / "lake"), "--name", "orders"],
                           capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a dead letter is a data error, unless --max-dead-letter-ratio allows it
     lines = done.stderr.splitlines()
-    assert lines[-2].startswith("done: 1 batches, 2 records, 1 events, 1 inserted") and "1 dead letters" in lines[-2]
-    assert lines[-1] == f"the dead letters, with why: cdclake dead-letters {tmp_path / 'lake'} --pipeline orders"
-    listed = subprocess.run(lines[-1].split(": ", 1)[1].split(), capture_output=True, text=True, check=False,
+    assert lines[-3].startswith("done: 1 batch, 2 records, 1 event, 1 inserted") and "1 dead letter," in lines[-3]
+    assert lines[-2] == f"the dead letters, with why: cdclake dead-letters {tmp_path / 'lake'} --pipeline orders"
+    assert lines[-1] == "cdclake: 1 of 2 records (50%) could not be decoded, more than max_dead_letter_ratio = 0 allows"
+    listed = subprocess.run(lines[-2].split(": ", 1)[1].split(), capture_output=True, text=True, check=False,
                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert listed.returncode == 0 and listed.stdout.startswith("cdc:0:1  canal-json  pipeline orders.main"), listed
 
@@ -1044,13 +1050,13 @@ def test_a_signal_to_the_runs_whole_process_group_ends_it_cleanly(tmp_path):
         lines = []
         for line in run.stderr:
             lines.append(line)
-            if line.startswith("batch 0"):
+            if " batch 0 " in line:
                 break
         os.killpg(run.pid, signal.SIGTERM)
         rest = run.stderr.read()
         watchdog.cancel()
         assert run.wait(timeout=60) == 0, "".join(lines) + rest
-    assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("stopped: 1 batches, 1 records"), rest
+    assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("stopped: 1 batch, 1 record,"), rest
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])

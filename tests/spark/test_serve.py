@@ -51,7 +51,7 @@ def test_runs_attach_to_the_server_of_cdclake_serve_with_its_token_alone(tmp_pat
                  "--lake", str(lake)]
         first = cdclake("run", *flags, "--remote", f"sc://localhost:{port}", env=env)
         assert first.returncode == 0, first.stderr[-3000:]
-        assert f"done: 1 batches, {generated.manifest['records']} records" in first.stderr
+        assert f"done: 1 batch, {generated.manifest['records']:,} records" in first.stderr
         problems = differences(str(lake), generated.expected, generated.key_names)
         assert not problems, "\n".join(problems)
         # A second run on the same server: nothing new to read.

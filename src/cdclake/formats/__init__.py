@@ -29,11 +29,14 @@ the module. Test it with the round trip in ``tests/formats/``: random rows → e
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option
 
-__all__ = ["DecodeError", "Decoded", "Failure", "Format", "Option", "create", "get", "names"]
+__all__ = ["DecodeError", "Decoded", "Failure", "Format", "Option", "create", "get", "looks_like", "names"]
+
+if TYPE_CHECKING:
+    from cdclake.records import Record
 
 _MODULES: dict[str, str] = {
     "canal-json": "cdclake.formats.canal_json",
@@ -70,3 +73,21 @@ def create_decoder(name: str, options: dict[str, Any] | None = None) -> Format:
         raise ValueError(f"format {name} needs the registry option: the producer's schema registry (an http(s):// "
                          f"URL, glue://REGION, or a folder of <id>.avsc files)")
     return fmt
+
+
+def looks_like(records: list[Record]) -> list[str]:
+    """The formats that decode every one of ``records`` (a few that failed in another format) into events, with
+    their default options: a hint at the format they were written in. Formats that need a schema registry are left
+    out: their records name schemas that only the producer's registry has."""
+    found = []
+    for name in names():
+        fmt = create(name)
+        if "registry" in fmt.settings:
+            continue
+        try:
+            result = fmt.decode(records, more=False)
+        except Exception:  # a hint only: a format that cannot read them is not one of them
+            continue
+        if result.events and not result.failures:
+            found.append(name)
+    return found

@@ -336,7 +336,9 @@ def get_session(master: str | None = None, remote: str | None = None,
         # cannot change them: noise.
         warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
         if not remote:
-            _start_driver_jvm(master or "local[*]", app_name, settings)
+            jvm = _start_driver_jvm(master or "local[*]", app_name, settings, {"stderr": subprocess.PIPE})
+            if jvm is not None:
+                threading.Thread(target=_relay_errors, args=(jvm.stderr,), daemon=True).start()
         with _refusal_explained(remote) if remote else contextlib.nullcontext():
             session = builder.getOrCreate()
     if remote:
@@ -470,11 +472,15 @@ def serve(port: int, conf: Mapping[str, str] | None, stop: Callable[[], object],
         context.stop()
 
 
+# Lines of the JVM's that are not for the user: Spark's foreachBatch worker's name its server's address with the
+# token (and four more for each run); the JVM says on every start that Spark uses an incubator module.
+_NOT_RELAYED = (b"Streaming ForeachBatch worker", b"WARNING: Using incubator modules")
+
+
 def _relay_errors(stream: BinaryIO) -> None:
-    """The JVM's errors, to this process's; not the lines of Spark's foreachBatch worker, which name its server's
-    address with the token, and four more for each run."""
+    """The JVM's errors, to this process's, but for :data:`_NOT_RELAYED`."""
     for line in stream:
-        if not line.startswith(b"Streaming ForeachBatch worker"):
+        if not line.startswith(_NOT_RELAYED):
             sys.stderr.buffer.write(line)
             sys.stderr.buffer.flush()
 
