@@ -141,6 +141,6 @@ def test_cdclake_decode_reads_only_the_configured_claim_checks(layout, tmp_path)
                                       str(path)])
     events = [msgspec.json.decode(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [e["after"] for e in events] == [{"a": 7}]
-    assert "6 records: 1 events, 0 skipped, 5 failed" in result.stderr
+    assert "6 records: 1 event, 0 skipped, 5 failed" in result.stderr
     for reason in ("no claim-check file x", "no claim-check file zero", "symbolic link", "plain file name"):
         assert reason in result.stderr
