@@ -5,6 +5,7 @@ Spark's ``kafka`` source. In a Python of its own: the test process's Spark sessi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,8 +22,8 @@ import json, sys
 from pyspark.sql import SparkSession
 
 jars, lake, servers, topic = sys.argv[1:]
-spark = (SparkSession.builder.master("local[1]").config("spark.jars", jars).config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "1")
+spark = (SparkSession.builder.master("local[1]").config("spark.driver.extraClassPath", jars)
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
          .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
          .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
          .getOrCreate())
@@ -43,7 +44,7 @@ def test_spark_with_the_fetched_jars_merges_into_delta_and_reads_kafka(broker, t
     topic = broker.topic(1, "sparkjars")
     broker.publish([Record(topic=topic, value=b"record %d" % n) for n in range(3)])
     lake = tmp_path / "delta"
-    done = subprocess.run([sys.executable, "-c", SESSION, ",".join(found), str(lake), broker.servers, topic],
+    done = subprocess.run([sys.executable, "-c", SESSION, os.pathsep.join(found), str(lake), broker.servers, topic],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-5000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
