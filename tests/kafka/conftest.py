@@ -43,6 +43,9 @@ SETTINGS = {
     "inter.broker.listener.name": "PLAINTEXT",
     "num.partitions": "1",
     "auto.create.topics.enable": "false",
+    # Kept for ever: the simulator's records carry timestamps of the past, which time-based retention (a week
+    # by default) would delete within minutes.
+    "log.retention.ms": "-1",
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "1",
