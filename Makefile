@@ -1,10 +1,11 @@
-# Everything a fresh machine needs: Python ≥ 3.11 and Java 17 (for Spark). `make demo`, `make test`.
+# Everything a fresh machine needs: Python ≥ 3.11, Java 17 (for Spark) and, for the tests, Maven (which fetches
+# Apache Kafka and Spark's connectors, see jars/). `make demo`, `make test`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench java crash-matrix fuzz
+.PHONY: demo test test-fast lint bench java jars crash-matrix fuzz
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +16,22 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*.c)
 java:
 	@command -v java >/dev/null || { echo "Spark needs Java 17: apt-get install -y openjdk-17-jre-headless" >&2; exit 1; }
 
+# jars/<set>/pom.xml copied with its dependencies into .cache/jars/<set>/, once (again when the pom changes).
+.cache/jars/%/.fetched: jars/%/pom.xml
+	@command -v mvn >/dev/null || { echo "the tests fetch Kafka and Spark's connectors with Maven: apt-get install -y maven" >&2; exit 1; }
+	rm -rf $(@D)
+	mvn -B -q -f $< dependency:copy-dependencies
+	touch $@
+
+jars: java .cache/jars/kafka/.fetched .cache/jars/spark/.fetched
+
 demo: $(STAMP) java
 	$(BIN)/cdclake demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
-test: $(STAMP) java lint
+test: $(STAMP) java jars lint
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)

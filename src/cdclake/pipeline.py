@@ -1101,8 +1101,9 @@ class SourceRead:
         try:
             return spark.readStream.format(self.data_source).options(**options).load()
         except AnalysisException as exc:
-            if self.data_source == "kafka" and ("KAFKA_DATA_SOURCE_NOT_ENABLED" in str(exc)
-                                                or "DATA_SOURCE_NOT_FOUND" in str(exc)):
+            if self.data_source == "kafka" and any(
+                    text in str(exc) for text in ("KAFKA_DATA_SOURCE_NOT_ENABLED", "DATA_SOURCE_NOT_FOUND",
+                                                  "Failed to find data source: kafka")):  # the last: pyspark 4.2
                 raise ValueError(
                     f"source {self.source.name}: connector = \"spark\" needs Spark's Kafka connector on the "
                     f"classpath (e.g. spark.jars.packages = \"org.apache.spark:spark-sql-kafka-0-10_2.13:"

@@ -190,6 +190,10 @@ class _LastError:
     def text(self, settings: ClientSettings) -> str:
         return settings.scrub(self.error.str()) if self.error is not None else "no answer"
 
+    def refusal(self, settings: ClientSettings) -> str | None:
+        """Why the brokers refused this client (a failed login, an untrusted certificate), if they did."""
+        return self.text(settings) if self.error is not None and self.error.code() in _REFUSED else None
+
 
 _TRANSIENT = {
     KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
@@ -197,6 +201,10 @@ _TRANSIENT = {
     KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT,
     KafkaError.NETWORK_EXCEPTION, KafkaError.BROKER_NOT_AVAILABLE,
 }
+
+
+# The brokers answer but refuse the client: not waited out like an outage, as retrying cannot help.
+_REFUSED = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 
 
 def _transient(error: KafkaError) -> bool:
@@ -216,9 +224,10 @@ def _new(kind: Callable[[dict[str, Any]], T], settings: ClientSettings, config: 
                          "(cdclake's Kafka source takes librdkafka settings)") from None
 
 
-def retrying(settings: ClientSettings, what: str, call: Callable[[], T], *,
+def retrying(settings: ClientSettings, what: str, call: Callable[[], T], *, errors: _LastError | None = None,
              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> T:
-    """``call()``, retried with backoff while the brokers are unreachable, for at most the retry window."""
+    """``call()``, retried with backoff while the brokers are unreachable, for at most the retry window; not
+    retried once the client's ``errors`` say the brokers refused it."""
     started = clock()
     delay = 0.5
     while True:
@@ -227,8 +236,9 @@ def retrying(settings: ClientSettings, what: str, call: Callable[[], T], *,
         except KafkaException as exc:
             error = _error_of(exc)
             reason = settings.scrub(error.str() if error is not None else str(exc))
-            if error is None or not _transient(error):
-                raise KafkaSourceError(f"Kafka at {settings.servers}: {what} failed: {reason}") from None
+            refused = errors.refusal(settings) if errors is not None else None
+            if error is None or not _transient(error) or refused:
+                raise KafkaSourceError(f"Kafka at {settings.servers}: {what} failed: {refused or reason}") from None
             waited = clock() - started
             if waited >= settings.retry_timeout_s:
                 raise KafkaUnavailable(f"Kafka at {settings.servers} unreachable for {waited:.0f}s while {what}: "
@@ -359,6 +369,16 @@ class KafkaClient:
         self._errors = _LastError()
         self._consumer: Consumer | None = None
 
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        def attempt() -> T:
+            try:
+                return call()
+            except KafkaException:
+                self._client().poll(0)  # serves the error callback: why the brokers did not answer
+                raise
+
+        return retrying(self.settings, what, attempt, errors=self._errors)
+
     def _client(self) -> Consumer:
         if self._consumer is None:
             self._consumer = _new(Consumer, self.settings, self.settings.config(
@@ -378,7 +398,7 @@ class KafkaClient:
 
     def topics(self) -> dict[str, int]:
         """Existing topics and their partition counts."""
-        metadata = retrying(self.settings, "reading topic metadata",
+        metadata = self._retrying("reading topic metadata",
                             lambda: self._client().list_topics(timeout=self.settings.request_timeout()))
         return {name: len(meta.partitions) for name, meta in metadata.topics.items()
                 if meta.error is None or meta.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART}
@@ -403,7 +423,7 @@ class KafkaClient:
                     raise KafkaException(tp.error)
             return found
 
-        found = retrying(self.settings, f"listing {label} offsets", ask)
+        found = self._retrying(f"listing {label} offsets", ask)
         out: dict[tuple[str, int], int] = {}
         for tp in found:
             if tp.error is not None:
@@ -578,10 +598,10 @@ def _messages(settings: ClientSettings, rng: Range, chunk: int, fail_on_data_los
         idle_since = warned = clock()
         while True:
             got: list[Message] = []
-            done = False
+            done = moved = False
             # consume() waits its whole timeout for a full batch, so ask briefly and often: a range's last
             # records and its end are then seen at once.
-            while len(got) < chunk and not done:
+            while len(got) < chunk and not done and not moved:
                 polled = consumer.consume(chunk - len(got), timeout=0.1)
                 if not polled:
                     break
@@ -599,7 +619,11 @@ def _messages(settings: ClientSettings, rng: Range, chunk: int, fail_on_data_los
                             break
                         log_end = message.offset()
                     elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        # Reassigned: what else was polled is stale. A start past the end is answered so at
+                        # once, again and again, so the stall check below must get its turn.
                         position = _out_of_range(settings, consumer, rng, position, fail_on_data_loss)
+                        moved = True
+                        break
                     elif _transient(error):
                         errors(error)
                     else:
@@ -613,6 +637,9 @@ def _messages(settings: ClientSettings, rng: Range, chunk: int, fail_on_data_los
                 return
             if got:
                 continue
+            refused = errors.refusal(settings)
+            if refused:
+                raise KafkaSourceError(f"Kafka at {settings.servers}: reading {rng}: {refused}")
             now = clock()
             waited = now - idle_since
             short = log_end is not None and log_end < rng.end
@@ -757,9 +784,7 @@ def ensure_topics(settings: ClientSettings, partitions: Mapping[str, int]) -> No
                                        f"{settings.scrub(str(exc))}") from None
 
 
-# One record per produce batch: some brokers (Tansu 0.6) report a batch's base offset + 1 as the high
-# watermark, which would hide the rest of the batch from readers. Override with batch.num.messages.
-PRODUCER_DEFAULTS: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 1}
+PRODUCER_DEFAULTS: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5}
 
 
 def new_producer(settings: ClientSettings) -> Producer:
