@@ -1,5 +1,5 @@
 """The jar sets that ``make jars`` fetches with Maven (``jars/<set>/pom.xml``) into ``.cache/jars/<set>/`` of a
-source checkout: ``spark`` (delta-spark, spark-sql-kafka, hadoop-aws, without what pyspark ships) and ``kafka``
+source checkout: ``spark`` (delta-spark, spark-sql-kafka, without what pyspark ships) and ``kafka``
 (Apache Kafka's broker, for the tests). An installed package has none."""
 
 from __future__ import annotations
