@@ -12,6 +12,7 @@ import base64
 import datetime
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -302,3 +303,10 @@ def own_broker(tmp_path) -> Iterator[Broker]:
 
 
 from tests.spark.conftest import spark  # noqa: E402, F401 - the same local Spark session fixture as tests/spark
+
+_BATCH_LINE = re.compile(rb"^(?:\d\d:\d\d:\d\d )?batch ", re.M)
+
+
+def batches_logged(log: Path) -> int:
+    """How many progress lines of applied batches a run's output (stdout and stderr) in ``log`` holds so far."""
+    return len(_BATCH_LINE.findall(log.read_bytes())) if log.exists() else 0

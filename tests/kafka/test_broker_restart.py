@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 
 from cdclake import workload
 from cdclake.lakecheck import differences as lake_differences
+from tests.kafka.conftest import batches_logged
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -43,10 +44,6 @@ def _progress(lake: Path) -> list[dict]:
     if not DeltaTable.is_deltatable(str(path)):
         return []
     return DeltaTable(str(path)).to_pyarrow_table(columns=["batch", "records"]).to_pylist()
-
-
-def _batches_logged(log: Path) -> int:
-    return log.read_bytes().count(b"\nbatch ") if log.exists() else 0
 
 
 def _since(log: Path, offset: int) -> str:
@@ -84,9 +81,9 @@ def test_a_broker_restarted_mid_run_is_waited_for_and_nothing_is_lost(own_broker
             # Killed once the run has applied a batch, so that it dies mid-run: inside the next batch (its
             # planning, read or merges) or between two.
             deadline = time.monotonic() + 180
-            while _batches_logged(log) < 1 and process.poll() is None and time.monotonic() < deadline:
+            while batches_logged(log) < 1 and process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert process.poll() is None and _batches_logged(log) >= 1, log.read_text()[-3000:]
+            assert process.poll() is None and batches_logged(log) >= 1, log.read_text()[-3000:]
             before = len(log.read_bytes())
             broker.kill()
             killed_at = time.monotonic()

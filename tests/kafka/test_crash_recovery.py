@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 
 from cdclake import formats, workload
 from cdclake.lakecheck import differences as lake_differences
+from tests.kafka.conftest import batches_logged
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -44,15 +45,11 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait(30)
 
 
-def _batches_logged(log: Path) -> int:
-    return log.read_bytes().count(b"\nbatch ") if log.exists() else 0
-
-
 def _wait_for_a_batch(process: subprocess.Popen, log: Path, seen: int, limit_s: float) -> bool:
     """Wait until the run logs one more applied batch (True), or ends, or the limit passes (False)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and process.poll() is None:
-        if _batches_logged(log) > seen:
+        if batches_logged(log) > seen:
             return True
         time.sleep(0.2)
     return False
@@ -78,7 +75,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(broker, tmp_path):
     started = time.monotonic()
     with open(log, "ab") as out:
         while kills < KILLS:
-            seen = _batches_logged(log)
+            seen = batches_logged(log)
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             # A random moment: during start-up (most runs: they are cheap), or a random time after the run
             # applied a batch (inside the next batch's read, decode, merges or progress commit, or between
@@ -92,7 +89,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(broker, tmp_path):
                 break  # caught up before it could be killed
             _kill(process)
             kills += 1
-            after_a_batch += _batches_logged(log) > seen
+            after_a_batch += batches_logged(log) > seen
             if kills % 4 == 3:  # now and then Spark's checkpoint is lost as well
                 shutil.rmtree(lake / "_cdclake" / "checkpoints", ignore_errors=True)
         final = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False)
@@ -134,7 +131,7 @@ def test_sigkill_with_every_format_in_one_pipeline(broker, tmp_path):
     kills, after_a_batch = 0, 0
     with open(log, "ab") as out:
         while kills < KILLS:
-            seen = _batches_logged(log)
+            seen = batches_logged(log)
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             # Every other run is killed at a random moment after it applied a batch (inside a later batch of
             # the same or the next format's source), the others at a random moment, mostly during start-up.
@@ -147,7 +144,7 @@ def test_sigkill_with_every_format_in_one_pipeline(broker, tmp_path):
                 break
             _kill(process)
             kills += 1
-            after_a_batch += _batches_logged(log) > seen
+            after_a_batch += batches_logged(log) > seen
         final = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=900, check=False)
     assert final.returncode == 0, log.read_text()[-3000:]
     assert kills >= KILLS, f"the run finished after {kills} kills: give it more records"

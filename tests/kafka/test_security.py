@@ -89,7 +89,7 @@ def test_a_refused_login_or_certificate_stops_the_run_at_once_saying_why(broker,
                           capture_output=True, text=True, timeout=120, check=False)
     took = time.monotonic() - started
     last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.returncode == 4, done.stderr[-3000:]  # a source that refuses: the README's exit codes
     assert last.startswith(f"cdclake: Kafka at {servers}: ") and why in last, done.stderr[-3000:]
     assert WRONG not in done.stderr + done.stdout
     assert "Spark" not in done.stderr and took < 60, (took, done.stderr[-3000:])
