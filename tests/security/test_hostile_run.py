@@ -76,7 +76,7 @@ def test_hostile_names_and_positions_through_cdclake_run(tmp_path):
                         position=_binlog("mysql'bin", 2))]
     write_records(debezium / "1.jsonl", formats.create("debezium-json", {}).encode(late))
     config = tmp_path / "PIPELINE.toml"
-    config.write_text(f'name = "hostile"\nlake = "{lake}"\n'
+    config.write_text(f'name = "hostile"\nlake = "{lake}"\nmax_dead_letter_ratio = 1\n'  # some are dead letters
                       f'[[source]]\nname = "canal"\nformat = "canal-json"\ninput = "{canal}"\n'
                       f'[[source]]\nname = "debezium"\nformat = "debezium-json"\ninput = "{debezium}"\n'
                       f'max_records_per_batch = 4\n')
