@@ -206,9 +206,11 @@ class BatchApplier:
         if self.read.decodes:
             decoded = log = data.persist()
             # Only a batch that renames or stops a table, or has dead letters, needs its records again.
-            records = functools.cache(lambda: self.read.records(decoded))
-            raw_records = functools.cache(lambda: CL.raw_records(self.read.records(decoded, headers=True),
-                                                                 self.read.marks_lines))
+            # Bound to the source's changelog: a batch planned again from every change replaces ``decoded`` with a
+            # changelog of its records, which names no inputs to read again.
+            records = functools.cache(lambda first=decoded: self.read.records(first))
+            raw_records = functools.cache(lambda first=decoded: CL.raw_records(
+                self.read.records(first, headers=True), self.read.marks_lines))
         else:
             if consistent:
                 data = data.persist()  # read again for the raw bytes of the changes it holds
