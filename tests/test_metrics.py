@@ -168,7 +168,8 @@ def test_the_metrics_flags_go_with_a_pipeline_file_and_override_it(tmp_path, mon
     from cdclake.cli import app
 
     ran: list[C.PipelineConfig] = []
-    monkeypatch.setattr(pipeline, "run", lambda config, progress=None: ran.append(config) or pipeline.RunSummary())
+    monkeypatch.setattr(pipeline, "run",
+                        lambda config, progress=None, say=None: ran.append(config) or pipeline.RunSummary())
     path = tmp_path / "PIPELINE.toml"
     path.write_text(f'lake = "{tmp_path / "lake"}"\n[metrics]\nport = 9464\n'
                     f'[[source]]\nformat = "canal-json"\ninput = "{tmp_path}"\n')

@@ -106,12 +106,22 @@ def parse_type(text: str | None) -> SqlType:
     length = scale = None
     if args:
         numbers = [a.strip() for a in args.split(",")]
-        # Type text is message content: a length of thousands of digits is no length (and int() refuses it).
-        if numbers[0].isascii() and numbers[0].isdigit() and len(numbers[0]) <= 18:
-            length = int(numbers[0])
-        if len(numbers) > 1 and numbers[1].isascii() and numbers[1].isdigit() and len(numbers[1]) <= 18:
-            scale = int(numbers[1])
+        length = _parameter(numbers[0])
+        scale = _parameter(numbers[1]) if len(numbers) > 1 else None
     return SqlType(name, family, length, scale, unsigned)
+
+
+_HUGE: Final = 10**18
+
+
+def _parameter(text: str) -> int | None:
+    """A type parameter's number; None for anything but ASCII digits. Type text is message content: a number of
+    more than 18 digits (int() refuses thousands) is :data:`_HUGE` plus its count of digits, which is out of every
+    range :func:`check_type` allows and keeps the order of such numbers by their length."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else _HUGE + len(digits)
 
 
 class InvalidType(ValueError):
