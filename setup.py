@@ -4,6 +4,6 @@ runs wherever the extension could not be built (``optional``); the tests hold th
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("cdclake._canal", ["src/cdclake/_canal.c"], optional=True, extra_compile_args=["-O3"]),
-    Extension("cdclake._records", ["src/cdclake/_records.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("cdclake.native._canal", ["src/cdclake/native/_canal.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("cdclake.native._records", ["src/cdclake/native/_records.c"], optional=True, extra_compile_args=["-O3"]),
 ])

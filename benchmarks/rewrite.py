@@ -4,7 +4,7 @@
 
 For each size, a lake table of that many rows (a key, a 64-character text, a decimal, a timestamp and cdclake's
 bookkeeping columns), one commit (file) per ``--rows-per-file`` rows, gets ``ALTER TABLE … DROP COLUMN`` through the
-Delta sink (:meth:`cdclake.sinks.delta.DeltaSink.apply_ddl`), in a new process whose peak resident memory is read
+Delta sink (:meth:`cdclake.lake.delta.DeltaSink.apply_ddl`), in a new process whose peak resident memory is read
 when it ends; a process that only opens the table is the floor. The sink rewrites the table a batch of rows at a
 time, so the peak should grow with the size of a file, not with the table's; the table's size in memory (Arrow) is
 shown beside it. The table is printed and written into ``benchmarks/results.md`` between the ``rewrite`` markers.
@@ -34,8 +34,8 @@ START, END = "<!-- rewrite:start -->", "<!-- rewrite:end -->"
 CHILD = """
 import sys, time
 from deltalake import DeltaTable
-from cdclake import ddl
-from cdclake.sinks.delta import DeltaSink
+from cdclake.model import ddl
+from cdclake.lake.delta import DeltaSink
 lake, what = sys.argv[1], sys.argv[2]
 started = time.perf_counter()
 if what == "drop":

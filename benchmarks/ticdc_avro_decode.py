@@ -24,9 +24,9 @@ import time
 
 import fastavro
 
-from cdclake.events import INSERT, ROW, UPDATE, ChangeEvent, Column
-from cdclake.formats.ticdc_avro import TicdcAvro
-from cdclake.workload import ALL_TYPES, value_generator
+from cdclake.formats.ticdc.avro import TicdcAvro
+from cdclake.model.events import INSERT, ROW, UPDATE, ChangeEvent, Column
+from cdclake.simulator.workload import ALL_TYPES, value_generator
 
 N = 20_000
 CHECKSUMS = {

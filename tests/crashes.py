@@ -1,5 +1,5 @@
 """Crashing ``cdclake run`` at the pipeline's named failpoints (``CDCLAKE_FAILPOINT``, see
-:mod:`cdclake.failpoints`), as the tests of exactly-once application do."""
+:mod:`cdclake.support.failpoints`), as the tests of exactly-once application do."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from cdclake import types as T
-from cdclake import values as V
-from cdclake.events import Column
-from cdclake.lakepaths import table_path
-from cdclake.types import parse_type
+from cdclake.lake.paths import table_path
+from cdclake.model import types as T
+from cdclake.model import values as V
+from cdclake.model.events import Column
+from cdclake.model.types import parse_type
 
 
 def lake_rows(lake: str, database: str, table: str) -> dict[str, dict[str, Any]]:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cdclake import confluent
-from cdclake.confluent import ApicurioId
-from cdclake.records import Record
+from cdclake.formats.avro import registry as confluent
+from cdclake.formats.avro.registry import ApicurioId
+from cdclake.model.records import Record
 
 
 class FakeRegistry:

@@ -8,11 +8,11 @@ from decimal import Decimal
 
 from hypothesis import strategies as st
 
-from cdclake import types as T
-from cdclake import values as V
-from cdclake.events import Column
-from cdclake.types import SqlType, parse_type
-from cdclake.workload import ALL_TYPES  # one column of every MySQL/TiDB type family the formats carry
+from cdclake.model import types as T
+from cdclake.model import values as V
+from cdclake.model.events import Column
+from cdclake.model.types import SqlType, parse_type
+from cdclake.simulator.workload import ALL_TYPES  # one column of every MySQL/TiDB type family the formats carry
 
 _MIN_DATETIME = dt.datetime(1000, 1, 1)
 _MAX_DATETIME = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
@@ -24,7 +24,7 @@ def _fsp_micros(fsp: int) -> st.SearchStrategy[int]:
 
 
 def canonical_value(t: SqlType) -> st.SearchStrategy[object]:
-    """Canonical values (as :mod:`cdclake.values` defines them) of one column type, never NULL."""
+    """Canonical values (as :mod:`cdclake.model.values` defines them) of one column type, never NULL."""
     f = t.family
     if f == T.INTEGER:
         bits = t.bits or 64

@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from cdclake.pipeline import ChangesAhead
+from cdclake.pipeline.runner import ChangesAhead
 
 
 class Changes:

@@ -14,9 +14,9 @@ from click.testing import Result
 from deltalake import DeltaTable, write_deltalake
 from typer.testing import CliRunner
 
-from cdclake.cli import UNREACHABLE, USAGE, app
-from cdclake.records import read_file
-from cdclake.sinks.delta import RENAMED_TO, DeltaSink
+from cdclake.cli.main import UNREACHABLE, USAGE, app
+from cdclake.lake.delta import RENAMED_TO, DeltaSink
+from cdclake.model.records import read_file
 
 
 def test_every_command_renders_its_help_with_each_options_help_and_default(monkeypatch):
@@ -148,7 +148,7 @@ WRITER = """
 import sys, time
 import pyarrow as pa
 from deltalake import write_deltalake
-from cdclake.sinks.delta import DeltaSink
+from cdclake.lake.delta import DeltaSink
 sink, i = DeltaSink(sys.argv[1], "p.main"), 0
 while True:
     write_deltalake(sys.argv[1] + "/db/t", pa.table({"id": [i]}), mode="append")

@@ -7,11 +7,11 @@ import io
 import fastavro
 from typer.testing import CliRunner
 
-from cdclake.cli import app
-from cdclake.confluent import DirectoryRegistry, frame
-from cdclake.events import DELETE, INSERT, ROW, ChangeEvent, Column
-from cdclake.formats.ticdc_avro import TicdcAvro
-from cdclake.records import Record, write_records
+from cdclake.cli.main import app
+from cdclake.formats.avro.registry import DirectoryRegistry, frame
+from cdclake.formats.ticdc.avro import TicdcAvro
+from cdclake.model.events import DELETE, INSERT, ROW, ChangeEvent, Column
+from cdclake.model.records import Record, write_records
 
 TSO = 415508878783938562
 CHECKSUM_OPTIONS = {

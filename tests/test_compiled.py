@@ -6,7 +6,7 @@ import logging
 
 import pyarrow as pa
 
-from cdclake import compiled
+from cdclake.native import compiled
 
 
 def test_every_compiled_twin_was_built():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake import config as C
+from cdclake.pipeline import config as C
 
 SOURCE = '[[source]]\nformat = "canal-json"\ninput = "/data/in"\n'
 
@@ -69,8 +69,8 @@ def test_a_value_out_of_its_range_is_an_error(tmp_path, text, message):
 def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from cdclake import pipeline
-    from cdclake.cli import app
+    from cdclake.cli.main import app
+    from cdclake.pipeline import runner as pipeline
 
     ran: list[C.PipelineConfig] = []
     monkeypatch.setattr(pipeline, "run",
@@ -89,8 +89,8 @@ def test_run_with_a_pipeline_file_takes_follow_and_no_other_flag(tmp_path, monke
 def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from cdclake import pipeline
-    from cdclake.cli import STOPPED_TABLES, app
+    from cdclake.cli.main import STOPPED_TABLES, app
+    from cdclake.pipeline import runner as pipeline
 
     def run(config, progress=None, say=None):
         report = pipeline.BatchReport("main", 4, records=14, events=7, failed=6, skipped=1, dead_letters=12,
@@ -122,8 +122,8 @@ def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, mo
 def test_a_run_the_machine_refuses_to_write_says_where_and_why_in_a_line(tmp_path, monkeypatch, failure, said):
     from typer.testing import CliRunner
 
-    from cdclake import pipeline
-    from cdclake.cli import app
+    from cdclake.cli.main import app
+    from cdclake.pipeline import runner as pipeline
 
     def run(config, progress=None, say=None):
         raise RuntimeError(failure)
@@ -188,7 +188,7 @@ def test_a_bad_timestamp_zone_of_a_source_fails_validation(tmp_path):
 def test_run_turns_a_bad_pipeline_file_into_one_line_and_exit_2(tmp_path, text, message):
     from typer.testing import CliRunner
 
-    from cdclake.cli import app
+    from cdclake.cli.main import app
 
     path = tmp_path / "PIPELINE.toml"
     if text is not None:
@@ -202,7 +202,7 @@ def test_run_turns_a_bad_pipeline_file_into_one_line_and_exit_2(tmp_path, text, 
 @pytest.mark.parametrize("zone", ["Mars/Olympus", "UTC+8", "+ab", "+25", "America", "../etc/passwd"])
 def test_a_bad_timestamp_zone_is_a_value_error_that_names_the_option_and_the_forms_accepted(format_name, zone):
     from cdclake import formats
-    from cdclake import values as V
+    from cdclake.model import values as V
 
     with pytest.raises(ValueError) as raised:
         formats.create(format_name, {"timestamp-zone": zone})
@@ -213,8 +213,8 @@ def test_a_bad_timestamp_zone_is_a_value_error_that_names_the_option_and_the_for
 def test_cli_rejects_a_bad_timestamp_zone_in_one_line(tmp_path, format_name):
     from typer.testing import CliRunner
 
-    from cdclake import values as V
-    from cdclake.cli import app
+    from cdclake.cli.main import app
+    from cdclake.model import values as V
 
     result = CliRunner().invoke(app, ["decode", "--format", format_name, "-o", "timestamp-zone=UTC+8",
                                       str(tmp_path / "none.jsonl")])

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdclake import confluent
-from cdclake.confluent import (
+from cdclake.formats.avro import registry as confluent
+from cdclake.formats.avro.registry import (
     ApicurioId,
     DirectoryRegistry,
     GlueRegistry,
@@ -31,7 +31,7 @@ from cdclake.confluent import (
     write_datum,
 )
 from cdclake.formats.base import DecodeError
-from cdclake.records import Record
+from cdclake.model.records import Record
 from tests import glue
 from tests.registries import FakeRegistry
 

@@ -1,4 +1,4 @@
-"""DDL statements as the lake follows them: what :func:`cdclake.ddl.parse` reads from a statement, and what the
+"""DDL statements as the lake follows them: what :func:`cdclake.model.ddl.parse` reads from a statement, and what the
 Delta sink does with each action on a real Delta table (the pipeline's own path: ``test_pipeline.py``'s DDL tests
 and the generated workloads of ``test_end_to_end.py``, which rename columns too)."""
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdclake import ddl as DDL
-from cdclake.sinks.delta import DeltaSink, TableStopped
+from cdclake.lake.delta import DeltaSink, TableStopped
+from cdclake.model import ddl as DDL
 
 
 @pytest.mark.parametrize(("statement", "actions"), [

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.sinks import delta
-from cdclake.sinks.delta import TOMBSTONES, DeltaSink
+from cdclake.lake import delta
+from cdclake.lake.delta import TOMBSTONES, DeltaSink
 
 
 def changes(keys: list[int], op: str, seq: str) -> pa.Table:

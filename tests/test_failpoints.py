@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake import failpoints
+from cdclake.support import failpoints
 
 
 class Crashed(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from cdclake.lakecheck import differences
+from cdclake.simulator.lakecheck import differences
 
 
 def test_a_lake_column_of_another_type_is_reported_not_raised(tmp_path):

@@ -8,10 +8,10 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdclake import config as C
-from cdclake import metrics
-from cdclake.pipeline import BatchReport, _LakeReports
-from cdclake.sinks.delta import DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.pipeline import config as C
+from cdclake.pipeline import metrics
+from cdclake.pipeline.runner import BatchReport, _LakeReports
 from tests.kafka.conftest import free_port
 
 
@@ -164,8 +164,8 @@ def test_reports_read_back_from_the_lake_carry_each_tables_commit_ts(tmp_path):
 def test_the_metrics_flags_go_with_a_pipeline_file_and_override_it(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from cdclake import pipeline
-    from cdclake.cli import app
+    from cdclake.cli.main import app
+    from cdclake.pipeline import runner as pipeline
 
     ran: list[C.PipelineConfig] = []
     monkeypatch.setattr(pipeline, "run",

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake import status
-from cdclake.sinks import delta
-from cdclake.sinks.delta import PROGRESS, DeltaSink
+from cdclake.cli import status
+from cdclake.lake import delta
+from cdclake.lake.delta import PROGRESS, DeltaSink
 
 # What each batch read: (table, last_seq, why it stopped) and (partition, last offset).
 BATCHES = {

@@ -1,4 +1,4 @@
-"""The C reader of captured-records lines (cdclake._records) against the Python path it stands in for: the same
+"""The C reader of captured-records lines (cdclake.native._records) against the Python path it stands in for: the same
 batch, or None and the Python path reads the lines, whatever the lines hold."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdclake import _records  # CI builds the extension: a missing one fails here instead of skipping
-from cdclake.records import Record, captured_line, parse_captured_lines
+from cdclake.model.records import Record, captured_line, parse_captured_lines
+from cdclake.native import _records
 from cdclake.sources import files
 
 # msgspec writes these characters as escapes, which the C reader leaves to the Python path.

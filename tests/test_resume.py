@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 
-from cdclake.pipeline import _base_version
+from cdclake.pipeline.runner import _base_version
 from cdclake.spark.sources import _applied, _unapplied
 
 

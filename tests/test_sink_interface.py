@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 
-from cdclake.sinks.base import Sink
-from cdclake.sinks.delta import DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.sink import Sink
 
 
 def test_delta_sink_has_every_method_of_the_interface_with_the_same_parameters():

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake import ddl as DDL
-from cdclake.pipeline import check_version_space, step_versions
-from cdclake.sinks.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
+from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
+from cdclake.model import ddl as DDL
+from cdclake.pipeline.runner import check_version_space, step_versions
 from cdclake.spark import planner
 from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
 

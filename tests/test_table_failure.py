@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from deltalake.exceptions import SchemaMismatchError
 
-from cdclake.pipeline import StopRequested, table_failure
-from cdclake.sinks.delta import LakeError, TableStopped
-from cdclake.types import InvalidType
+from cdclake.lake.delta import LakeError, TableStopped
+from cdclake.model.types import InvalidType
+from cdclake.pipeline.runner import StopRequested, table_failure
 
 
 @pytest.mark.parametrize("failure, reason", [

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.sinks import delta
-from cdclake.sinks.delta import RENAMES, TABLE_TOMBSTONE, TOMBSTONES, DeltaSink
+from cdclake.lake import delta
+from cdclake.lake.delta import RENAMES, TABLE_TOMBSTONE, TOMBSTONES, DeltaSink
 
 
 def seq(ts: int, position: str = "p") -> str:

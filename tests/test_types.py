@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdclake import types as T
+from cdclake.model import types as T
+from cdclake.model.types import SqlType, parse_type, type_text
 from cdclake.spark.lake_types import arrow_type, lake_type
-from cdclake.types import SqlType, parse_type, type_text
 
 
 @given(st.sampled_from([T.ENUM, T.SET]), st.lists(st.text(), max_size=5))

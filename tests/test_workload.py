@@ -19,14 +19,26 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cdclake import formats
-from cdclake import types as T
-from cdclake import values as V
-from cdclake import workload as W
-from cdclake.cli import app
-from cdclake.events import DDL, DELETE, INSERT, RESOLVED, ROW, TRUNCATE, UPDATE, ChangeEvent, Column, Source, to_json
+from cdclake.cli.main import app
 from cdclake.formats.base import Format
-from cdclake.records import Record, read_file
-from cdclake.types import parse_type
+from cdclake.model import types as T
+from cdclake.model import values as V
+from cdclake.model.events import (
+    DDL,
+    DELETE,
+    INSERT,
+    RESOLVED,
+    ROW,
+    TRUNCATE,
+    UPDATE,
+    ChangeEvent,
+    Column,
+    Source,
+    to_json,
+)
+from cdclake.model.records import Record, read_file
+from cdclake.model.types import parse_type
+from cdclake.simulator import workload as W
 
 # Option variants that change what a format's producer writes or its decoder delivers; every other format
 # runs with its defaults.

@@ -1,3 +1,3 @@
-from cdclake.cli import main
+from cdclake.cli.main import main
 
 main()

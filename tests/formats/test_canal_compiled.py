@@ -1,4 +1,4 @@
-"""The compiled canal-json decoder (cdclake._canal) against the Python decoder it stands in for: whatever the
+"""The compiled canal-json decoder (cdclake.native._canal) against the Python decoder it stands in for: whatever the
 records hold, the decoding tasks' changelog is the same row for row and byte for byte, whether the compiled
 path decoded a record or left it to Python; and it does decode the usual messages of every producer."""
 
@@ -17,17 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdclake import (
-    _canal,  # noqa: F401  CI builds the extension: a missing one fails here instead of skipping
-    compiled,
-    formats,
-    workload,
-)
-from cdclake import values as V
-from cdclake.records import Record, read_file
+from cdclake import formats
+from cdclake.model import values as V
+from cdclake.model.records import Record, read_file
+from cdclake.model.types import parse_type
+from cdclake.native import compiled
+from cdclake.simulator import workload
 from cdclake.sources.files import records_to_arrow
 from cdclake.spark import changelog as CL
-from cdclake.types import parse_type
 from tests.strategies import canonical_value, columns_of
 
 CHUNK = 64  # several Arrow batches per task, so that layouts and tallies carry across batches

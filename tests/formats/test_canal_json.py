@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cdclake import types as T
-from cdclake import values as V
-from cdclake.cli import app
-from cdclake.events import ChangeEvent, Column, pad_position
+from cdclake.cli.main import app
 from cdclake.formats import create
-from cdclake.formats.canal_json import converter, ddl_type, java_type
-from cdclake.records import Record, read_file
-from cdclake.types import parse_type
+from cdclake.formats.canal.json import converter, ddl_type, java_type
+from cdclake.model import types as T
+from cdclake.model import values as V
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record, read_file
+from cdclake.model.types import parse_type
 from tests.strategies import ALL_TYPES, canonical_value, columns_of, rows
 
 FLINK = ("flink/canal-data.txt", "flink/canal-data-filter-table.txt", "flink/canal-data-with-init.txt")

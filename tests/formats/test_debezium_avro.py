@@ -18,10 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdclake import confluent, formats
-from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats.debezium_avro import DebeziumAvro
-from cdclake.records import Record
+from cdclake import formats
+from cdclake.formats.avro import registry as confluent
+from cdclake.formats.debezium.avro import DebeziumAvro
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record
 from tests.conftest import SPEC
 from tests.formats.test_debezium_json import change_events
 from tests.glue import glue_compressed
@@ -409,7 +410,7 @@ def test_non_change_values_are_skipped_or_ddl(tmp_path: Path) -> None:
 
 
 def test_simulated_workload_reaches_the_expected_state(tmp_path: Path) -> None:
-    from cdclake import workload
+    from cdclake.simulator import workload
 
     options = {"registry": str(tmp_path / "registry")}
     generated = workload.generate("debezium-avro", events=600, tables=2, seed=5, partitions=3, replays=0.05,

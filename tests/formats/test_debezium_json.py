@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
-from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats.debezium_json import DebeziumJson
-from cdclake.records import Record
+from cdclake.formats.debezium.json import DebeziumJson
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record
 from tests.strategies import columns_of, rows
 
 SOURCE_FIELDS = [
@@ -766,7 +766,7 @@ def test_bad_input_is_a_failure_naming_the_problem(value: bytes, key: bytes | No
 def test_cli_decodes_a_corpus_file(corpus: Path) -> None:
     from typer.testing import CliRunner
 
-    from cdclake.cli import app
+    from cdclake.cli.main import app
 
     result = CliRunner().invoke(app, ["decode", "-f", "debezium-json",
                                       str(corpus / "flink/debezium-data-schema-include.txt")])
@@ -893,7 +893,7 @@ def test_round_trip_structured_time_precision_mode(events: list[ChangeEvent]) ->
 @pytest.mark.parametrize("options", [{}, {"schemas-enable": "false"}])
 def test_simulated_workload_reaches_the_expected_state(options: dict[str, str]) -> None:
     # The simulator's own oracle: key changes, deletes with tombstones, 3 partitions and redelivered records.
-    from cdclake import workload
+    from cdclake.simulator import workload
 
     generated = workload.generate("debezium-json", events=600, tables=2, seed=11, partitions=3, replays=0.05,
                                   options=options)

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
-from cdclake import values as V
-from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats.dts_avro import PLACEHOLDER_BYTES, RECORD_SCHEMA, RECORD_SCHEMA_R1
-from cdclake.records import Record
-from cdclake.types import parse_type
+from cdclake.formats.dts.avro import PLACEHOLDER_BYTES, RECORD_SCHEMA, RECORD_SCHEMA_R1
+from cdclake.model import values as V
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record
+from cdclake.model.types import parse_type
 from tests.strategies import ALL_TYPES, columns_of, rows
 
 NS = "com.alibaba.dts.formats.avro"
@@ -229,7 +229,7 @@ def test_both_schema_revisions_decode_alike():
 def test_trailing_bytes_are_logged_and_ignored(caplog):
     value = avro(mysql_record()) + b"\x02\x04"
     fmt = formats.create("dts-avro")
-    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts_avro"):
+    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts.avro"):
         out = fmt.decode([Record(value=value), Record(value=value)])
     assert [e.after["id"] for e in out.events] == [1, 1]
     assert len([r for r in caplog.records if "trailing" in r.getMessage()]) == 1
@@ -385,7 +385,7 @@ def test_unknown_charset_keeps_the_bytes_and_is_reported(caplog):
     fields = [{"name": "id", "dataTypeNumber": 3}, {"name": "s", "dataTypeNumber": 253}]
     image = [v("Integer", precision=4, value="1"), v("Character", charset="ZHS16GBK", value="中".encode("gbk"))]
     value = avro(datum(fields=fields, afterImages=image))
-    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts_avro"):
+    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts.avro"):
         out = decode(value, value)
     assert not out.failures, out.failures[0].reason
     assert [e.after for e in out.events] == [{"id": 1, "s": V.b64("中".encode("gbk"))}] * 2
@@ -609,7 +609,7 @@ def test_generic_reader_agrees_with_the_compiled_one(make, monkeypatch):
                            afterImages=[v("Integer", precision=8, value="1"),
                                         v("BinaryObject", type="BLOB", value=b"\x00")]))
     compiled = one(value)
-    monkeypatch.setattr("cdclake.formats.dts_avro._compile_reader", lambda layout, codecs_: lambda *args: None)
+    monkeypatch.setattr("cdclake.formats.dts.avro._compile_reader", lambda layout, codecs_: lambda *args: None)
     generic = one(value)
     assert generic == compiled
 
@@ -624,7 +624,7 @@ def test_compiled_reader_agrees_with_the_generic_one_on_every_type(monkeypatch, 
     records = formats.create("dts-avro").encode(events)
     compiled = formats.create("dts-avro").decode(records)
     with monkeypatch.context() as patch:
-        patch.setattr("cdclake.formats.dts_avro._compile_reader", lambda layout, codecs_: lambda *args: None)
+        patch.setattr("cdclake.formats.dts.avro._compile_reader", lambda layout, codecs_: lambda *args: None)
         generic = formats.create("dts-avro").decode(records)
     assert not generic.failures, generic.failures[0].reason
     assert [msgspec.json.encode(e) for e in compiled.events] == [msgspec.json.encode(e) for e in generic.events]

@@ -10,14 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cdclake import cli
-from cdclake import values as V
-from cdclake.cli import app
-from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats import create, shareplex_json
-from cdclake.formats.shareplex_json import parse_key_columns
-from cdclake.records import Record
-from cdclake.types import parse_type
+from cdclake.cli import main as cli
+from cdclake.cli.main import app
+from cdclake.formats import create
+from cdclake.formats.shareplex import json as shareplex_json
+from cdclake.formats.shareplex.json import parse_key_columns
+from cdclake.model import values as V
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record
+from cdclake.model.types import parse_type
 from tests.strategies import ALL_TYPES, columns_of, rows
 
 # The seed's three examples (spec §6).

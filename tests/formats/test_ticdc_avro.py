@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cdclake.cli import app
-from cdclake.confluent import DirectoryRegistry, MemoryRegistry, RegistryError, frame
-from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Checksum, Column
+from cdclake.cli.main import app
 from cdclake.formats import create, get
-from cdclake.formats.ticdc_avro import CorruptionError, TicdcAvro, _read_reference, sanitize
-from cdclake.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
-from cdclake.records import Record, write_records
-from cdclake.types import parse_type
+from cdclake.formats.avro.registry import DirectoryRegistry, MemoryRegistry, RegistryError, frame
+from cdclake.formats.ticdc.avro import CorruptionError, TicdcAvro, _read_reference, sanitize
+from cdclake.model.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Checksum, Column
+from cdclake.model.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
+from cdclake.model.records import Record, write_records
+from cdclake.model.types import parse_type
 from tests.glue import glue_compressed
 from tests.strategies import ALL_TYPES, columns_of, rows
 

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cdclake import formats
-from cdclake import values as V
-from cdclake.cli import app
-from cdclake.events import ChangeEvent, Column, pad_position
-from cdclake.formats.ticdc_open import go_quote_bytes, go_unquote_bytes
-from cdclake.records import Record, write_records
-from cdclake.types import parse_type
+from cdclake.cli.main import app
+from cdclake.formats.ticdc.open import go_quote_bytes, go_unquote_bytes
+from cdclake.model import values as V
+from cdclake.model.events import ChangeEvent, Column, pad_position
+from cdclake.model.records import Record, write_records
+from cdclake.model.types import parse_type
 from tests.strategies import ALL_TYPES, columns_of, rows
 
 EXAMPLES = "tiflow/open-protocol-java-example"
@@ -662,7 +662,7 @@ def test_escapes_of_non_characters_fail():
 
 def general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans without their generated reader: every column map takes the general path."""
-    monkeypatch.setattr("cdclake.formats.ticdc_open._Plan.compile", lambda plan: None)
+    monkeypatch.setattr("cdclake.formats.ticdc.open._Plan.compile", lambda plan: None)
 
 
 def test_shapes_of_one_name_set_are_kept_apart():

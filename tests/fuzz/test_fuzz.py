@@ -13,7 +13,7 @@ import pytest
 
 from cdclake import formats
 from cdclake.formats.base import Format
-from cdclake.records import Record
+from cdclake.model.records import Record
 from tests.fuzz.harness import check, mutate, unintended
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,7 +162,7 @@ def test_shareplex_meta_numbers_that_are_no_numbers_fail_with_their_reason(meta)
 
 
 def test_type_text_with_unicode_digits_is_no_length():
-    from cdclake.types import parse_type
+    from cdclake.model.types import parse_type
 
     assert parse_type("varchar(\u00b2)").length is None and parse_type("decimal(10,\u00b2)").scale is None
 

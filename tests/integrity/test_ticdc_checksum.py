@@ -14,8 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cdclake import values as V
-from cdclake.integrity.ticdc_checksum import (
+from cdclake.formats.ticdc.checksum import (
     ChecksumInputError,
     RowChecksum,
     column_encoder,
@@ -28,6 +27,7 @@ from cdclake.integrity.ticdc_checksum import (
     timestamp_to_utc,
     verdict,
 )
+from cdclake.model import values as V
 
 ABC = ("a", "b", "c")
 

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from cdclake.records import Record
+from cdclake.model.records import Record
 from cdclake.sources import kafka
 from cdclake.spark import jars
 

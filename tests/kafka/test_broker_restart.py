@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake import workload
-from cdclake.lakecheck import differences as lake_differences
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences as lake_differences
 from tests.kafka.conftest import batches_logged
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -10,9 +10,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from cdclake import config as C
-from cdclake.cli import app
-from cdclake.records import Record, read_file
+from cdclake.cli.main import app
+from cdclake.model.records import Record, read_file
+from cdclake.pipeline import config as C
 from cdclake.sources import kafka as K
 
 pytestmark = pytest.mark.kafka

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake import pipeline
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.lakecheck import differences
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator.lakecheck import differences
 from tests.spark.test_consistency import Watcher, _simulate, _state_at
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from cdclake import config as C
-from cdclake import metrics
-from cdclake.pipeline import BatchReport
-from cdclake.records import Record
+from cdclake.model.records import Record
+from cdclake.pipeline import config as C
+from cdclake.pipeline import metrics
+from cdclake.pipeline.runner import BatchReport
 from tests.kafka.conftest import free_port
 from tests.test_metrics import scrape
 

@@ -14,11 +14,14 @@ import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-from cdclake import confluent, formats, pipeline, workload
-from cdclake.cli import app
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.lakecheck import differences as lake_differences
-from cdclake.records import Record, read_file
+from cdclake import formats
+from cdclake.cli.main import app
+from cdclake.formats.avro import registry as confluent
+from cdclake.model.records import Record, read_file
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences as lake_differences
 from cdclake.sources.files import UNREADABLE_HEADER
 from tests.lake import lake_rows
 from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed

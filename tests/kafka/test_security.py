@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from cdclake import workload
-from cdclake.lakecheck import differences as lake_differences
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences as lake_differences
 
 from .conftest import USERS
 

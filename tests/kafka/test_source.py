@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdclake.records import Record
+from cdclake.model.records import Record
 from cdclake.sources import kafka as K
 from cdclake.sources.files import RECORD_ARROW
 from tests.kafka.conftest import free_port

@@ -12,7 +12,7 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.records import Record
+from cdclake.model.records import Record
 from cdclake.spark import jars
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

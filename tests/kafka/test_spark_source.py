@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from cdclake import formats, pipeline
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.events import INSERT, ROW, ChangeEvent, Column
-from cdclake.records import Record
+from cdclake import formats
+from cdclake.model.events import INSERT, ROW, ChangeEvent, Column
+from cdclake.model.records import Record
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark import changelog as CL
 from cdclake.spark.changelog import RECORD_SCHEMA

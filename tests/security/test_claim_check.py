@@ -13,7 +13,7 @@ import pytest
 from cdclake import formats
 from cdclake.formats.base import DecodeError
 from cdclake.formats.claim_check import claim_check_name, read_claim_check
-from cdclake.records import Record
+from cdclake.model.records import Record
 
 SMALL = '{"u":{"a":{"t":1,"h":true,"f":11,"v":1}}}'
 FULL_KEY = '{"ts":2,"scm":"test","tbl":"t","t":1}'
@@ -124,8 +124,8 @@ def test_cdclake_decode_reads_only_the_configured_claim_checks(layout, tmp_path)
     reason, and nothing outside the directory is read (the valid documents beside it would decode)."""
     from typer.testing import CliRunner
 
-    from cdclake.cli import app
-    from cdclake.records import write_records
+    from cdclake.cli.main import app
+    from cdclake.model.records import write_records
 
     store, outside = layout
     (store / "ok.json").write_bytes(document())

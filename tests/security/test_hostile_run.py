@@ -16,11 +16,12 @@ import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-from cdclake import formats, lakepaths
-from cdclake.cli import app
-from cdclake.events import DDL, INSERT, ROW, TRUNCATE, ChangeEvent, Column
-from cdclake.records import write_records
-from cdclake.sinks.delta import DEAD_LETTERS, PROGRESS, TOMBSTONES
+from cdclake import formats
+from cdclake.cli.main import app
+from cdclake.lake import paths as lakepaths
+from cdclake.lake.delta import DEAD_LETTERS, PROGRESS, TOMBSTONES
+from cdclake.model.events import DDL, INSERT, ROW, TRUNCATE, ChangeEvent, Column
+from cdclake.model.records import write_records
 from tests.lake import lake_rows
 
 pytestmark = pytest.mark.spark

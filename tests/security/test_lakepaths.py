@@ -12,8 +12,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdclake import lakepaths as L
-from cdclake.sinks.delta import DeltaSink
+from cdclake.lake import paths as L
+from cdclake.lake.delta import DeltaSink
 
 # Any str, lone surrogates included; also long ones, whose encoding passes the segment limit.
 names = st.text(st.characters(codec=None, exclude_categories=()), max_size=40) | st.text(max_size=400)
@@ -97,7 +97,7 @@ def test_tables_of_an_earlier_cdclake_with_other_names_are_refused_not_re_mapped
 def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from cdclake.cli import app
+    from cdclake.cli.main import app
 
     lake = tmp_path / "lake"
     write_deltalake(str(lake / "_" / "t"), pa.table({"id": [1]}))  # an empty database, as cdclake wrote it before
@@ -116,7 +116,7 @@ def test_run_status_and_maintain_refuse_a_lake_with_names_of_an_earlier_cdclake_
 def test_migrate_names_moves_the_tables_of_an_earlier_cdclake_where_they_belong(tmp_path):
     from typer.testing import CliRunner
 
-    from cdclake.cli import app
+    from cdclake.cli.main import app
 
     lake = tmp_path / "lake"
     old = {("_", "t"): "", ("Shop", "Users"): "Shop", ("shop", "a.b"): "shop", ("shop", "ok"): "shop",
@@ -133,7 +133,7 @@ def test_migrate_names_moves_the_tables_of_an_earlier_cdclake_where_they_belong(
 
 
 def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_escaped():
-    from cdclake.status import render
+    from cdclake.cli.status import render
 
     names = ["../x.t", "shop.a\nb", "shop.\x1b[2Jc", "shop.\udc80", "shop.é😀"]
     lines = render({"tables": {n: {"rows": 1} for n in names}, "unreadable": {}, "dead_letters": {}}).splitlines()

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.sinks.delta import sql_literal
+from cdclake.lake.delta import sql_literal
 from cdclake.spark.planner import sql_string
 
 HOSTILE = ["", "'", "''", "a' OR '1'='1", "z' OR '1'<'2", "\\", "\\'", "a\\", "\\\\'", "\\u0027", "\\x27", "\\047",
@@ -49,7 +49,7 @@ def test_a_spark_sql_literal_means_its_text(spark):
 
 @pytest.mark.spark
 def test_typed_changes_keep_hostile_column_names(spark):
-    from cdclake.events import Column
+    from cdclake.model.events import Column
     from cdclake.spark.planner import typed_changes
 
     names = ["${x}", "a`b", "x y", "é", "'", "\\"]
@@ -62,7 +62,7 @@ def test_typed_changes_keep_hostile_column_names(spark):
 
 @pytest.mark.parametrize("name", [n for n in HOSTILE if n])  # MySQL has no empty name
 def test_a_statement_written_with_a_quoted_name_names_exactly_that_table(name):
-    from cdclake import ddl
+    from cdclake.model import ddl
 
     assert ddl.split_qualified(ddl.qualified("db", name)) == ("db", name)
     assert ddl.by_table(f"RENAME TABLE `db`.`t` TO {ddl.qualified(name, name)}", "db", "t") == [

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from cdclake import workload
-from cdclake.events import INSERT, UPDATE
-from cdclake.lakecheck import differences
-from cdclake.records import write_records
+from cdclake.model.events import INSERT, UPDATE
+from cdclake.model.records import write_records
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.lake import lake_rows
 from tests.spark.test_pipeline import change, ddl, records
 

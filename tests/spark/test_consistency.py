@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake import pipeline, workload
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.events import RESOLVED, ChangeEvent
-from cdclake.lakecheck import differences
-from cdclake.records import Record, write_records
-from cdclake.sinks.delta import CONSISTENT_UP_TO
-from cdclake.status import collect
+from cdclake.cli.status import collect
+from cdclake.lake.delta import CONSISTENT_UP_TO
+from cdclake.model.events import RESOLVED, ChangeEvent
+from cdclake.model.records import Record, write_records
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.crashes import crash_at_every_point_then_finish
 
 pytestmark = pytest.mark.spark

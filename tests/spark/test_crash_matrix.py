@@ -1,5 +1,5 @@
 """The crash matrix: ``cdclake run`` killed at every commit boundary of a batch (every named failpoint, see
-:mod:`cdclake.failpoints`), at more than its first hit, then run to the end: the lake equals the workload
+:mod:`cdclake.support.failpoints`), at more than its first hit, then run to the end: the lake equals the workload
 simulator's state, and every record is counted by one batch.
 
 The workload: TiCDC Open Protocol over three partitions read unevenly, ``consistency = "resolved-ts"`` (changes
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.lakecheck import differences
+from cdclake.simulator.lakecheck import differences
 from tests.crashes import crash, point_hits, run_to_the_end
 from tests.spark.test_consistency import _simulate, _state_at, _write_uneven
 

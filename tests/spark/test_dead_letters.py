@@ -7,11 +7,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cdclake import confluent, pipeline, workload
-from cdclake.cli import app
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.lakecheck import differences
-from cdclake.records import Record, captured_line, read_file, write_records
+from cdclake.cli.main import app
+from cdclake.formats.avro import registry as confluent
+from cdclake.model.records import Record, captured_line, read_file, write_records
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.registries import FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake import demo
+from cdclake.simulator import demo
 
 pytestmark = pytest.mark.spark
 

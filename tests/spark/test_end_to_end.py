@@ -9,9 +9,12 @@ import json
 
 import pytest
 
-from cdclake import confluent, formats, pipeline, workload
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.lakecheck import differences
+from cdclake import formats
+from cdclake.formats.avro import registry as confluent
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake import workload
-from cdclake.events import INSERT, TRUNCATE, Column
-from cdclake.lakecheck import differences
-from cdclake.records import write_records
+from cdclake.model.events import INSERT, TRUNCATE, Column
+from cdclake.model.records import write_records
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.lake import lake_rows
 from tests.spark.test_pipeline import COLUMNS, change, ddl, records
 

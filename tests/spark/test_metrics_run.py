@@ -12,8 +12,8 @@ import urllib.error
 
 import pytest
 
-from cdclake.events import DELETE, INSERT, UPDATE
-from cdclake.records import Record, write_records
+from cdclake.model.events import DELETE, INSERT, UPDATE
+from cdclake.model.records import Record, write_records
 from tests.kafka.conftest import free_port
 from tests.spark.test_pipeline import change, records
 from tests.test_metrics import scrape

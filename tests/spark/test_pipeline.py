@@ -22,12 +22,13 @@ import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-from cdclake import formats, pipeline
-from cdclake.cli import app
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
-from cdclake.records import Record, captured_line, write_records
-from cdclake.sinks import delta
+from cdclake import formats
+from cdclake.cli.main import app
+from cdclake.lake import delta
+from cdclake.model.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
+from cdclake.model.records import Record, captured_line, write_records
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from tests.crashes import CRASH_POINTS, crash_at_every_point_then_finish
 from tests.lake import lake_rows
 
@@ -882,7 +883,7 @@ def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark,
         change(INSERT, 10, 1), ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO full_name"),
         under_new_name(change(INSERT, 30, 2, columns=renamed))]))
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 12, 5)], partition=1))
-    with caplog.at_level(logging.INFO, logger="cdclake.pipeline"):
+    with caplog.at_level(logging.INFO, logger="cdclake.pipeline.runner"):
         run(spark, tmp_path / "in", tmp_path / "lake")
     assert "batch 0 of main: shop.users: renamed column name to full_name" in caplog.text  # what the DDL did, said
     write_records(tmp_path / "in" / "1b.jsonl", records(
@@ -1083,8 +1084,8 @@ def test_ctrl_c_while_kafka_is_waited_for_at_start_ends_the_run(tmp_path, signal
 JIT_TIER = """
 import os, sys, threading, time
 from pyspark import SparkContext
-from cdclake import pipeline
-from cdclake.config import PipelineConfig, SourceConfig
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
 config = PipelineConfig(lake=sys.argv[2], sources=[SourceConfig(format="canal-json", input=sys.argv[3])],
                         follow=sys.argv[1] == "follow")
 threading.Thread(target=pipeline.run, args=(config,), daemon=True).start()

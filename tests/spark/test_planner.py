@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdclake import formats
-from cdclake.events import ChangeEvent, Column
 from cdclake.formats.base import layout_id
-from cdclake.sinks.delta import Rename
+from cdclake.lake.delta import Rename
+from cdclake.model.events import ChangeEvent, Column
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
 from cdclake.spark.planner import RowStep, _segment_expr, plan, renamed_away
@@ -128,11 +128,11 @@ def test_replays_collapse_and_the_newest_change_wins(spark):
 
 def test_lake_types_agree_between_spark_casts_and_ddl_columns(spark):
     """A column added by DDL (Arrow type from lake_types) must have the type the Spark casts give rows."""
-    from cdclake.events import Column
+    from cdclake.model.events import Column
+    from cdclake.model.types import parse_type
+    from cdclake.simulator.workload import ALL_TYPES
     from cdclake.spark.lake_types import arrow_type
     from cdclake.spark.planner import typed_changes
-    from cdclake.types import parse_type
-    from cdclake.workload import ALL_TYPES
 
     columns = [Column(f"c{i}", t) for i, t in enumerate(ALL_TYPES)]
     frame = (changelog(spark, [row("c", 1, 0, 5)]).withColumn("_cdc_seq", F.lit("0"))

@@ -14,10 +14,12 @@ from urllib.parse import quote
 
 import pytest
 
-from cdclake import confluent, pipeline, workload
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.records import write_records
-from cdclake.sinks.delta import DeltaSink
+from cdclake.formats.avro import registry as confluent
+from cdclake.lake.delta import DeltaSink
+from cdclake.model.records import write_records
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.simulator import workload
 from cdclake.spark import sources
 from tests.registries import FakeRegistry, as_apicurio_framed
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from cdclake import workload
-from cdclake.lakecheck import differences
+from cdclake.simulator import workload
+from cdclake.simulator.lakecheck import differences
 from tests.kafka.conftest import free_port
 
 pytestmark = pytest.mark.spark

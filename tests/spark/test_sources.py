@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import formats, pipeline
-from cdclake.config import PipelineConfig, SourceConfig
-from cdclake.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
-from cdclake.records import Record, write_records
+from cdclake import formats
+from cdclake.model.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
+from cdclake.model.records import Record, write_records
+from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.spark import changelog as CL
 from cdclake.spark.sources import reread
 

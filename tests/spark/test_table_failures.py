@@ -12,9 +12,9 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.events import INSERT, UPDATE
-from cdclake.records import write_records
-from cdclake.sinks import delta
+from cdclake.lake import delta
+from cdclake.model.events import INSERT, UPDATE
+from cdclake.model.records import write_records
 from tests.lake import lake_rows
 from tests.spark.test_pipeline import change, ddl, records, run
 

@@ -4,7 +4,7 @@ Adding a format takes one module and one line here. A format subclasses :class:`
 declares its options once (they become CLI flags and pipeline keys), and implements ``decode_record``
 (one record → its events) and ``encode`` (events → records)::
 
-    from cdclake.events import ChangeEvent, INSERT, ROW
+    from cdclake.model.events import ChangeEvent, INSERT, ROW
     from cdclake.formats.base import DecodeError, Format, Option
     import msgspec
 
@@ -36,16 +36,16 @@ from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option
 __all__ = ["DecodeError", "Decoded", "Failure", "Format", "Option", "create", "get", "looks_like", "names"]
 
 if TYPE_CHECKING:
-    from cdclake.records import Record
+    from cdclake.model.records import Record
 
 _MODULES: dict[str, str] = {
-    "canal-json": "cdclake.formats.canal_json",
-    "debezium-avro": "cdclake.formats.debezium_avro",
-    "debezium-json": "cdclake.formats.debezium_json",
-    "dts-avro": "cdclake.formats.dts_avro",
-    "shareplex-json": "cdclake.formats.shareplex_json",
-    "ticdc-open": "cdclake.formats.ticdc_open",
-    "ticdc-avro": "cdclake.formats.ticdc_avro",
+    "canal-json": "cdclake.formats.canal.json",
+    "debezium-avro": "cdclake.formats.debezium.avro",
+    "debezium-json": "cdclake.formats.debezium.json",
+    "dts-avro": "cdclake.formats.dts.avro",
+    "shareplex-json": "cdclake.formats.shareplex.json",
+    "ticdc-open": "cdclake.formats.ticdc.open",
+    "ticdc-avro": "cdclake.formats.ticdc.avro",
 }
 
 

@@ -11,8 +11,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from cdclake.events import ChangeEvent, Source
-from cdclake.records import Record
+from cdclake.model.events import ChangeEvent, Source
+from cdclake.model.records import Record
 
 
 class DecodeError(ValueError):

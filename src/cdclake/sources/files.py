@@ -25,8 +25,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from cdclake.compiled import variable_array
-from cdclake.records import (
+from cdclake.model.records import (
     KIND_LINES,
     Captured,
     Record,
@@ -36,9 +35,10 @@ from cdclake.records import (
     parse_captured_line,
     parse_captured_lines,
 )
+from cdclake.native.compiled import variable_array
 
 try:
-    from cdclake import _records
+    from cdclake.native import _records
 except ImportError:  # built where a compiler was at hand (setup.py's optional extension); Python reads alike
     _records = None
 

@@ -44,7 +44,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdclake.records import Record, write_records
+from cdclake.model.records import Record, write_records
 from cdclake.sources.files import RECORD_ARROW, UNREADABLE_HEADER, records_to_arrow
 
 log = logging.getLogger("cdclake.kafka")

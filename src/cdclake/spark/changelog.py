@@ -29,17 +29,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdclake import formats
-from cdclake import types as T
-from cdclake.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
 from cdclake.formats.base import CompiledRows, Decoded, Failure, Format, layout_id
-from cdclake.records import Record
+from cdclake.model import types as T
+from cdclake.model.events import DELETE, ROW, UNKNOWN_TYPE, UPDATE, ChangeEvent, Row, Source
+from cdclake.model.records import Record
+from cdclake.model.types import parse_type
+from cdclake.model.values import java_float_text, non_finite
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.session import task_slots
-from cdclake.types import parse_type
-from cdclake.values import java_float_text, non_finite
 
 try:
-    from cdclake import _canal
+    from cdclake.native import _canal
 except ImportError:  # built where a compiler was at hand; the Python twin gives the same bytes
     _canal = None
 

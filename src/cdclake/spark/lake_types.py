@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from cdclake import types as T
-from cdclake.types import SqlType
+from cdclake.model import types as T
+from cdclake.model.types import SqlType
 
 _SIGNED = {8: "TINYINT", 16: "SMALLINT", 24: "INT", 32: "INT", 64: "BIGINT"}
 _UNSIGNED = {8: "SMALLINT", 16: "INT", 24: "INT", 32: "BIGINT", 64: "DECIMAL(20,0)"}
@@ -42,8 +42,8 @@ _ARROW = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(), "BIGI
 
 
 def lake_type(t: SqlType) -> str:
-    """The Spark SQL type a column of source type ``t`` is stored as; :class:`~cdclake.types.InvalidType` for a type
-    with a parameter out of range (see :func:`~cdclake.types.check_type`)."""
+    """The Spark SQL type a column of source type ``t`` is stored in; :class:`InvalidType` for a type
+    with a parameter out of range (see :func:`~cdclake.model.types.check_type`)."""
     T.check_type(t)
     if t.family == T.INTEGER:
         bits = t.bits or 64

@@ -19,14 +19,14 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
-from cdclake import ddl as DDL
-from cdclake import types as T
-from cdclake.ddl import TableName
-from cdclake.events import Column
-from cdclake.sinks.delta import Rename
+from cdclake.lake.delta import Rename
+from cdclake.model import ddl as DDL
+from cdclake.model import types as T
+from cdclake.model.ddl import TableName
+from cdclake.model.events import Column
+from cdclake.model.types import parse_type
 from cdclake.spark.changelog import AFTER_MAP, INPUT, detail
 from cdclake.spark.lake_types import cast_sql
-from cdclake.types import parse_type
 
 Group = tuple[str | None, str | None, int]  # the net changes of one segment of a table: database, table, segment
 

@@ -30,7 +30,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from cdclake.atomic import write_atomic
+from cdclake.support.atomic import write_atomic
 
 logger = logging.getLogger(__name__)
 

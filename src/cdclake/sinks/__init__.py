@@ -1,1 +1,0 @@
-"""Outputs at the edges: lake tables."""
