@@ -37,9 +37,9 @@ test: $(STAMP) java jars lint
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not spark and not kafka"
 
-# Every hit of every failpoint killed in turn, then run to the end (an hour or more; tests/spark/test_crash_matrix.py).
+# Every hit of every failpoint killed in turn, then run to the end (an hour or more; tests/pipeline/test_crash_matrix.py).
 crash-matrix: $(STAMP) java
-	$(BIN)/pytest -q --crash-matrix=full tests/spark/test_crash_matrix.py
+	$(BIN)/pytest -q --crash-matrix=full tests/pipeline/test_crash_matrix.py
 
 bench: $(STAMP) java
 	$(BIN)/python benchmarks/decode.py

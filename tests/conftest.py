@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import glue
+from tests.helpers import glue
+
+# One Spark session and one Kafka broker for the whole run, for every test that asks for them.
+pytest_plugins = ["tests.helpers.spark_session", "tests.helpers.kafka_broker"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -22,7 +22,7 @@ from cdclake.lake import paths as lakepaths
 from cdclake.lake.delta import DEAD_LETTERS, PROGRESS, TOMBSTONES
 from cdclake.model.events import DDL, INSERT, ROW, TRUNCATE, ChangeEvent, Column
 from cdclake.model.records import write_records
-from tests.lake import lake_rows
+from tests.helpers.lake import lake_rows
 
 pytestmark = pytest.mark.spark
 

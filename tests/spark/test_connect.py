@@ -18,8 +18,8 @@ from cdclake.model.events import INSERT, UPDATE
 from cdclake.model.records import write_records
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
-from tests.lake import lake_rows
-from tests.spark.test_pipeline import change, ddl, records
+from tests.helpers.lake import lake_rows
+from tests.pipeline.test_runner import change, ddl, records
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,7 @@ from cdclake.model.events import ChangeEvent, Column
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested
 from cdclake.spark.planner import RowStep, _segment_expr, plan, renamed_away
-from tests.registries import FakeRegistry, as_apicurio_framed
+from tests.helpers.registries import FakeRegistry, as_apicurio_framed
 
 pytestmark = pytest.mark.spark
 

@@ -16,7 +16,7 @@ import pytest
 
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
-from tests.kafka.conftest import free_port
+from tests.helpers.kafka_broker import free_port
 
 pytestmark = pytest.mark.spark
 

@@ -5,7 +5,7 @@
  * null. It writes each event's changelog values straight into Arrow buffers. Anything it is not certain to
  * decode exactly as the Python decoder does (DDL, watermarks, escapes where they matter, unusual spellings,
  * values that do not fit, columns the layout does not list, ...) is not guessed at: the record is left to the
- * Python decoder, which decodes it or says why it cannot. tests/formats/test_canal_compiled.py holds the two to
+ * Python decoder, which decodes it or says why it cannot. tests/formats/canal/test_compiled.py holds the two to
  * each other, byte for byte.
  */
 #define PY_SSIZE_T_CLEAN

@@ -52,7 +52,7 @@ from cdclake.model.events import (
 from cdclake.model.records import Record, write_records
 from cdclake.model.types import SqlType, parse_type
 
-# One column of every MySQL/TiDB type family the formats carry (tests/strategies.py uses the same list).
+# One column of every MySQL/TiDB type family the formats carry (tests/helpers/strategies.py uses the same list).
 ALL_TYPES: tuple[str, ...] = (
     "tinyint", "tinyint unsigned", "smallint", "smallint unsigned", "mediumint", "mediumint unsigned",
     "int", "int unsigned", "bigint", "bigint unsigned", "decimal(10,2)", "decimal(38,10)", "decimal(65,0)",
