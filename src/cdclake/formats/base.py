@@ -11,12 +11,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from cdclake.errors import DecodeError
 from cdclake.model.events import ChangeEvent, Source
 from cdclake.model.records import Record
-
-
-class DecodeError(ValueError):
-    """A record this format cannot turn into events; the message says why, for a person."""
 
 
 class Option(msgspec.Struct, frozen=True):

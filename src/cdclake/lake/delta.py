@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from cdclake.errors import LakeError, TableStopped
 from cdclake.lake import paths as lakepaths
 from cdclake.model import ddl as DDL
 from cdclake.support.failpoints import failpoint
@@ -106,15 +107,6 @@ class Rename(NamedTuple):
     seq: str
     new_database: str
     new_table: str
-
-
-class TableStopped(Exception):
-    """A change that cannot be applied safely; the pipeline stops this table and keeps the others."""
-
-
-class LakeError(Exception):
-    """A failure of the lake's own tables, which every table's step reads: it fails the batch, whichever table's
-    step met it (see :func:`cdclake.pipeline.runner.table_failure`)."""
 
 
 def _now() -> dt.datetime:

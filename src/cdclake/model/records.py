@@ -22,6 +22,8 @@ from pathlib import Path
 
 import msgspec
 
+from cdclake.errors import RecordFileError
+
 Header = tuple[str, bytes | None]
 
 
@@ -58,10 +60,6 @@ class Captured(msgspec.Struct):
     key: bytes | None = None
     timestamp: int | None = None
     headers: list[tuple[str, bytes | None]] = msgspec.field(default_factory=list)
-
-
-class RecordFileError(ValueError):
-    pass
 
 
 _captured_decoder = msgspec.json.Decoder(Captured)

@@ -13,6 +13,8 @@ from typing import Final
 
 import msgspec
 
+from cdclake.errors import InvalidType
+
 # The families a base type name belongs to; the canonical value rules and the Spark types follow them.
 INTEGER: Final = "integer"
 DECIMAL: Final = "decimal"
@@ -122,11 +124,6 @@ def _parameter(text: str) -> int | None:
         return None
     digits = text.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else _HUGE + len(digits)
-
-
-class InvalidType(ValueError):
-    """A column type with a parameter no database allows (``decimal(10,20)``, ``datetime(9)``, ``bit(0)``): a
-    broken or hostile message's. Refused before it reaches the lake's writer, which would fail on it."""
 
 
 # ENUM and SET members as MySQL bounds them; a SET's value is a 64-bit mask.

@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo
 
+from cdclake.errors import BadValue
 from cdclake.model import types as T
 from cdclake.model.types import SqlType
 
@@ -32,10 +33,6 @@ EPOCH_DATE = dt.date(1970, 1, 1)
 UTC = dt.UTC
 # How a producer reads a wall time in a DST fold or gap: see local_timestamp_to_utc.
 FoldRule = Literal["java", "go"]
-
-
-class BadValue(ValueError):
-    """A wire value that does not fit its column type; the message names the value and the type."""
 
 
 def b64(data: bytes) -> str:

@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdclake import formats
+from cdclake.errors import StopRequested
 from cdclake.lake import delta
 from cdclake.lake import paths as lakepaths
 from cdclake.lake.delta import STEPS_PER_BATCH, DeltaSink, TableStopped
@@ -671,11 +672,6 @@ def _start_loading_python_workers(spark: SparkSession, config: PipelineConfig) -
     thread = InheritableThread(target=load, name="cdclake-load-python-workers", daemon=True)
     thread.start()
     return thread
-
-
-class StopRequested(Exception):
-    """Raised in a batch that began after the run was asked to stop: the query ends, and the batch's records are
-    read again by the next run."""
 
 
 @dataclass

@@ -44,6 +44,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdclake.errors import DataLoss, KafkaSourceError, KafkaUnavailable
 from cdclake.model.records import Record, write_records
 from cdclake.sources.files import RECORD_ARROW, UNREADABLE_HEADER, records_to_arrow
 
@@ -64,18 +65,6 @@ Offsets = dict[str, dict[int, int]]
 # Spark's Kafka source without includeHeaders: the same columns but the last.
 RECORD_NO_HEADERS = pa.schema([f for f in RECORD_ARROW if f.name != "headers"])
 T = TypeVar("T")
-
-
-class KafkaSourceError(RuntimeError):
-    """Kafka could not be read as asked; the message names the servers (never a secret) and why."""
-
-
-class KafkaUnavailable(KafkaSourceError):
-    """The brokers stayed unreachable for longer than the retry window."""
-
-
-class DataLoss(KafkaSourceError):
-    """Records a range was planned to hold are no longer in Kafka."""
 
 
 # ------------------------------------------------------------------------------------------- client settings

@@ -50,6 +50,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 import fastavro
 
+from cdclake.errors import RegistryError
 from cdclake.formats.base import DecodeError
 from cdclake.support.atomic import write_atomic
 
@@ -97,11 +98,6 @@ APICURIO_NATIVE = ("If the producer used Apicurio Registry's own framing (the sc
 APICURIO_KIND_HINT = (". An id in the message's bytes is taken for a globalId in 8 bytes and a contentId in 4, as "
                       "Apicurio's serializers write by default: the option apicurio-id names its kind "
                       "(the producer's apicurio.registry.use-id)")
-
-
-class RegistryError(RuntimeError):
-    """The registry itself failed (unreachable, refused our credentials, rejected a schema): not a problem
-    of one record, so it is not a :class:`DecodeError`."""
 
 
 def frame(schema_id: SchemaId, payload: bytes) -> bytes:

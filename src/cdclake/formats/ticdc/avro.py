@@ -61,6 +61,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from cdclake.errors import CorruptionError
 from cdclake.formats.avro.registry import (
     MemoryRegistry,
     RegistryError,
@@ -129,13 +130,6 @@ _RANK_UPSERT: Final = 1
 _RANK_PREFIX: Final = {rank: pad_position(rank, "") for rank in (_RANK_DELETE, _RANK_UPSERT)}
 _U64: Final = 1 << 64
 _I63: Final = 1 << 63
-
-
-class CorruptionError(RuntimeError):
-    """A row whose checksum does not match, or that TiCDC flagged as corrupted, under
-    ``corruption-handling=error``. It is listed in :attr:`TicdcAvro.fatal`, so ``Format.decode`` lets it
-    through and the run stops: data that cannot be trusted is not written, and resuming starts again at
-    that record once the cause is dealt with."""
 
 
 class CorruptRow(DecodeError):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
+from cdclake.errors import ChecksumInputError
 from cdclake.model import values as V
 from cdclake.model.events import Checksum
 
@@ -42,11 +43,6 @@ TEXT_TYPES: Final = frozenset({"TEXT", "DECIMAL", "DATE", "DATETIME", "TIME", "J
 TIDB_TYPES: Final = frozenset(
     {*INTEGER_TYPES, *TEXT_TYPES, "FLOAT", "DOUBLE", "BIT", "BLOB", "ENUM", "SET", "TIMESTAMP", "TiDBVECTORFloat32"}
 )
-
-
-class ChecksumInputError(ValueError):
-    """A value that cannot be encoded for the checksum (an ENUM name not in ``allowed``, a BIT wider than
-    64 bits, a malformed TIMESTAMP…): the row cannot be the one TiCDC hashed."""
 
 
 def split_allowed(text: str) -> tuple[str, ...]:
