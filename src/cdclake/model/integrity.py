@@ -1,4 +1,5 @@
-"""Integrity checks on decoded change events: today the TiCDC row checksum (:mod:`.ticdc_checksum`)."""
+"""Integrity checks on decoded change events: the vocabulary of one record's verification (its status and
+:class:`RowCheck`), shared by TiCDC's row checksum (:mod:`cdclake.formats.ticdc.checksum`) and ``cdclake verify``."""
 
 from __future__ import annotations
 

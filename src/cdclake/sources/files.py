@@ -115,8 +115,8 @@ class LineCounter:
         if cached and cached.size == stat.st_size and cached.mtime == stat.st_mtime:
             return cached
         # A run counts every file before its first batch. Pieces of the file are counted side by side, each a
-        # block at a time into a reused buffer (numpy and the reads let go of the GIL): 1.6 GB in the page
-        # cache took 0.13-0.18 s on two cores against 0.24-0.31 s in one pass.
+        # block at a time into a reused buffer (numpy and the reads let go of the GIL), which is faster than one
+        # pass on more than one core (figures: benchmarks/results.md, "Measurements behind the code").
         size = stat.st_size
         blocks = -(-size // COUNT_BLOCK)
         pieces = max(1, min(SCAN_THREADS, blocks // 4))

@@ -53,8 +53,8 @@ UNREADABLE = "unreadable"
 
 AFTER_MAP = "map<string,string>"
 # What only some rows carry, nested in one column (``detail``): for a change of a compiled decoder it is one null,
-# which the JVM converts from Arrow and copies row by row far cheaper than thirteen null columns. Measured on
-# 1,009,559 decoded changes read through Spark (median of 7): 2.12 s with these columns flat, 1.82 s nested.
+# which the JVM converts from Arrow and copies row by row far cheaper than thirteen null columns (figures:
+# benchmarks/results.md, "Measurements behind the code").
 DETAIL_ARROW = pa.struct([
     # A change's column list as JSON: on the task's 'layout' rows, and on a change only where it was held by
     # resolved-ts mode, or written by an older cdclake (a change names its list by id, ``layout``).
@@ -93,9 +93,8 @@ HELD_ARROW = pa.schema([*FLAT_ARROW, ("raw_headers", HEADERS_ARROW), ("raw_times
 def _keep_freed_memory() -> None:
     """glibc's malloc hands a freed block of more than 128 KiB back to the kernel, and the next batch's buffers are
     new pages that the kernel must zero again: a decoding task allocates and frees such buffers for every Arrow
-    batch (the decoder's columns, Arrow's concatenations and takes). Keeping up to 512 MiB of them cut a task's page
-    faults by three fifths and its system time by a third (900,000 records outside Spark: 227,000 → 90,000 faults,
-    1.1-1.3 → 0.7-0.8 s)."""
+    batch (the decoder's columns, Arrow's concatenations and takes). Keeping up to 512 MiB of them spares a task
+    most of those page faults and much of its system time (figures: benchmarks/results.md)."""
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
@@ -133,10 +132,10 @@ def _image_json(image: Row | None, untyped: bool, floats: tuple[str, ...] = ()) 
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
     it; in a column without a type, its exact Python text. This runs for every change, so a typed image is
-    encoded as it is and then made texts by ``_canal.image_texts`` where that was built: for the workload's
-    37-column image 4.9 µs against 9.2 for its Python twin, :func:`_image_texts`, which gives the same bytes (3.6 to
-    encode the image alone). ``floats`` names the image's FLOAT and DOUBLE columns: msgspec writes a NaN or an
-    infinity as null, so an image holding one is made texts in Python, which writes Java's text for it."""
+    encoded as it is and then made texts by ``_canal.image_texts`` where that was built, about twice as fast as
+    its Python twin, :func:`_image_texts`, which gives the same bytes. ``floats`` names the image's FLOAT and
+    DOUBLE columns: msgspec writes a NaN or an infinity as null, so an image holding one is made texts in Python,
+    which writes Java's text for it."""
     if image is None:
         return None
     if untyped:
@@ -217,9 +216,8 @@ class _Tally(msgspec.Struct, gc=False):
 
 # What a task's reduction holds at most (Arrow's bytes of the changes it refers to), before it reduces them and, if
 # over half remains, sends them on. By bytes, so that a table of wide rows holds as much memory as one of narrow
-# ones. The benchmark's changes take about 450 bytes each: 200,000 of them (88 MiB) before, 400,000 now made a
-# running pipeline's batch of 1,009,501 events 0.4-0.6 s faster (four runs each, alternating: read, decode and plan
-# 6.2 s against 6.8), as each change is sorted fewer times and fewer leave the task.
+# ones. The more a task holds, the fewer times each change is sorted and the fewer leave the task; 192 MiB holds
+# some 430,000 of the benchmark's changes (about 450 bytes each; figures: benchmarks/results.md).
 MAX_HELD_BYTES = 192 << 20
 
 
@@ -235,7 +233,7 @@ class _Task:
     partition's commit ts before them, which the planner completes across tasks.
 
     The reduction works on the changelog's Arrow columns (a sort in Arrow's C++), not on Python objects:
-    holding a task's decoded events as objects until it ended cost about as much as decoding them."""
+    holding a task's decoded events as objects until it ends would cost about as much as decoding them."""
 
     def __init__(self, fmt: Format, reduce: bool, max_held_bytes: int = MAX_HELD_BYTES) -> None:
         self.fmt, self.reduce, self.max_held_bytes = fmt, reduce, max_held_bytes
@@ -757,10 +755,9 @@ def decoder_input(records: DataFrame, headers: bool = False) -> DataFrame:
     """The record columns the decoder reads (see :func:`records_from_arrow`): only these cross to Python, as
     each column costs the JVM a conversion per row. The headers cross whole only for a format that reads them
     (``headers``); otherwise only the reason a captured-records reader gives for a line it could not read
-    (``UNREADABLE``) crosses, as the headers cost much: Spark converts a
-    list column whose values are null (as its Kafka source gives a record without headers) in time growing with
-    the square of the Arrow batch's rows. Measured on Spark 4.3, 1,000,000 records with null headers in batches
-    of 20,000: 11.1 s to hand the headers to Python and back, 1.9 s for this column (empty lists: about alike)."""
+    (``UNREADABLE``) crosses, as the headers cost much: Spark converts a list column whose values are null (as
+    its Kafka source gives a record without headers) in time growing with the square of the Arrow batch's rows
+    (figures: benchmarks/results.md)."""
     columns: list[Any] = [name for name in ("key", "value", "topic", "partition", "offset", "timestamp")
                           if name in records.columns]
     if "headers" in records.columns and headers:

@@ -2,8 +2,8 @@
 the JVM has closed.
 
 Spark stops the Python workers that sat idle for a minute by closing their sockets, and it closes a cancelled task's
-socket too. Each such worker then failed to flush its output and printed a ``BrokenPipeError`` traceback: a
-pipeline that follows its input printed two after every quiet minute, and the benchmark three. The JVM already
+socket too. Each such worker then fails to flush its output and prints a ``BrokenPipeError`` traceback, so a
+pipeline that follows its input would print some after every quiet minute. The JVM already
 knows why it closed the socket, and a task's real failures reach it through the socket, so the worker just ends.
 
 cdclake's launcher of local sessions' Python processes (see :func:`cdclake.spark.session.worker_python`) runs it

@@ -166,10 +166,10 @@ def _tasks(segments: list[tuple[str, int, int]], counter: files.LineCounter, min
     """The segments cut into at least ``min_tasks`` tasks of about equal lines where they are long enough, each
     starting from a known line start near its first line: one file's lines are read, decoded and reduced in
     parallel (a file is one partition, and a batch may hold little more than one file). The cuts fall at equal
-    shares of all the lines, and a file's end cuts too: cutting every segment by a fixed size left a last task of
-    a few lines (1,009,501 lines for 2 tasks made 3), a task more in every stage of the batch. A share's cut that
-    would leave fewer than ``MIN_TASK_LINES`` lines beside a file's end is left to that end: files of 504,693 and
-    504,866 lines made a third task of 86 lines, which held a core for 0.8 s while its Python worker started."""
+    shares of all the lines, and a file's end cuts too, so no last task of a few lines adds a task to every stage
+    of the batch (as cutting every segment by a fixed size would). A share's cut that would leave fewer than
+    ``MIN_TASK_LINES`` lines beside a file's end is left to that end: a task of a few lines holds a core while its
+    Python worker starts."""
     total = sum(stop - first for _, first, stop in segments)
     count = max(1, min(min_tasks, total // MIN_TASK_LINES))
     ends = list(itertools.accumulate(stop - first for _, first, stop in segments))[:-1]
