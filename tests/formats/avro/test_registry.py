@@ -14,22 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdclake.formats.avro import registry as confluent
-from cdclake.formats.avro.registry import (
-    ApicurioId,
-    DirectoryRegistry,
-    GlueRegistry,
-    HttpRegistry,
-    MemoryRegistry,
-    RegistryError,
-    SchemaRegistry,
-    frame,
-    read_datum,
-    redact,
-    registry_from,
-    unframe,
-    write_datum,
-)
+from cdclake.errors import RegistryError
+from cdclake.formats.avro import framing as confluent
+from cdclake.formats.avro.datum import read_datum, write_datum
+from cdclake.formats.avro.framing import ApicurioId, frame, unframe
+from cdclake.formats.avro.registry import registry_from
+from cdclake.formats.avro.registry.base import SchemaRegistry, redact
+from cdclake.formats.avro.registry.directory import DirectoryRegistry
+from cdclake.formats.avro.registry.glue import GlueRegistry
+from cdclake.formats.avro.registry.http import HttpRegistry
+from cdclake.formats.avro.registry.memory import MemoryRegistry
 from cdclake.formats.base import DecodeError
 from cdclake.model.records import Record
 from tests.helpers import glue

@@ -2,7 +2,7 @@
 
 Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary), or framed
 by AWS Glue's converter (``0x03``, compression, the schema version's UUID), or with ``framing=apicurio`` by
-Apicurio Registry's (the id in a header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.formats.avro.registry`);
+Apicurio Registry's (the id in a header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.formats.avro.framing`);
 writer schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
 types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
 into the same :class:`~cdclake.formats.debezium.common.FieldSpec` the JSON converter builds, so both
@@ -22,8 +22,12 @@ from typing import Any, Final
 
 import msgspec
 
-from cdclake.formats.avro import registry as confluent
-from cdclake.formats.avro.registry import read_varint as _varint
+from cdclake.errors import RegistryError
+from cdclake.formats.avro.datum import read_payload, write_payload
+from cdclake.formats.avro.framing import SchemaId, apicurio_framed, header_id, readable
+from cdclake.formats.avro.reader import read_varint as _varint
+from cdclake.formats.avro.registry import registry_from
+from cdclake.formats.avro.registry.base import SchemaRegistry, parse
 from cdclake.formats.base import DecodeError, Option
 from cdclake.formats.debezium.common import (
     CONNECT_DATE,
@@ -263,11 +267,11 @@ class _Reader:
 
     __slots__ = ("after", "before", "fast", "parsed", "schema_id")
 
-    def __init__(self, schema_id: confluent.SchemaId, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
+    def __init__(self, schema_id: SchemaId, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
         self.schema_id = schema_id
         stripped = without_logical_types(raw)
         try:
-            self.parsed = confluent.parse(stripped)
+            self.parsed = parse(stripped)
         except Exception as exc:
             raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {exc}") from None
         self.fast = compile_reader(stripped)
@@ -286,7 +290,7 @@ class _Reader:
                 return self.fast(data)
             except Exception:
                 pass  # the reference path below gives the exact result or error
-        return confluent.read_payload(self.parsed, data, self.schema_id)
+        return read_payload(self.parsed, data, self.schema_id)
 
 
 def _row(shape: RowShape | None, row: Any) -> Row | None:
@@ -309,7 +313,7 @@ class DebeziumAvro(DebeziumFormat):
                       "write by default), globalId or contentId (apicurio.registry.use-id)",
                       ("auto", "globalId", "contentId")))
     # A registry that is down or refuses us fails every record alike: stop the run instead of dead-lettering all.
-    fatal = (confluent.RegistryError,)
+    fatal = (RegistryError,)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -319,26 +323,26 @@ class DebeziumAvro(DebeziumFormat):
                              "REST API: the registry option must be its http(s):// URL (the producer's "
                              "apicurio.registry.url)")
 
-    def registry(self) -> confluent.SchemaRegistry:
+    def registry(self) -> SchemaRegistry:
         """The registry (created on first use; kept across pickling, registries are picklable)."""
         registry = self.__dict__.get("_registry")
         if registry is None:
             if not self.settings["registry"]:
                 raise DecodeError("debezium-avro needs the registry option (URL, folder or memory:)")
-            registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
+            registry = self.__dict__["_registry"] = registry_from(self.settings["registry"])
         return registry
 
     @property
     def reads_headers(self) -> bool:
         return self.settings["framing"] == "apicurio"
 
-    def _framed(self, data: bytes, record: Record, part: str) -> tuple[confluent.SchemaId, bytes]:
+    def _framed(self, data: bytes, record: Record, part: str) -> tuple[SchemaId, bytes]:
         """The schema id of the key or value (``part``) and its bytes as the readers take them."""
         if self.settings["framing"] == "apicurio":
-            return confluent.apicurio_framed(data, record.header, part, self.settings["apicurio-id"])
-        return confluent.header_id(data), confluent.readable(data)
+            return apicurio_framed(data, record.header, part, self.settings["apicurio-id"])
+        return header_id(data), readable(data)
 
-    def _reader(self, schema_id: confluent.SchemaId, *, key: bool = False) -> _Reader:
+    def _reader(self, schema_id: SchemaId, *, key: bool = False) -> _Reader:
         readers = self.cache("key-readers" if key else "readers")
         reader = readers.get(schema_id)
         if reader is None:
@@ -416,14 +420,14 @@ class DebeziumAvro(DebeziumFormat):
             if table.serialized is None:
                 table.serialized = self._register(table)
             key_id, key_parsed, value_id, value_parsed = table.serialized
-            key = None if planned.key is None else confluent.write_payload(key_id, key_parsed, planned.key)
-            value = None if planned.value is None else confluent.write_payload(value_id, value_parsed, planned.value)
+            key = None if planned.key is None else write_payload(key_id, key_parsed, planned.key)
+            value = None if planned.value is None else write_payload(value_id, value_parsed, planned.value)
             headers = [(name, _json.encode(header)) for name, header in planned.headers]
             records.append(Record(key=key, value=value, topic=table.topic, timestamp=planned.timestamp,
                                   headers=headers))
         return records
 
-    def _register(self, table: TableSchema) -> tuple[confluent.SchemaId, Any, confluent.SchemaId, Any]:
+    def _register(self, table: TableSchema) -> tuple[SchemaId, Any, SchemaId, Any]:
         registry = self.registry()
         value_schema = avro_schema(table.envelope, set())
         value_id = registry.register(f"{table.topic}-value", value_schema)

@@ -20,7 +20,7 @@ Decoding:
   and the checksum together. fastavro plus the converters is the reference path, taken for schemas the
   generator does not know and for any record the generated reader cannot read (it then names the error).
 - A registry that is unreachable or refuses the credentials raises
-  :class:`~cdclake.formats.avro.registry.RegistryError`, which stops the run like :class:`CorruptionError` (retrying
+  :class:`~cdclake.errors.RegistryError`, which stops the run like :class:`CorruptionError` (retrying
   later is right; dead-lettering every record is not). An unknown schema ID fails only that record.
 - Test-only markers (``avro-enable-watermark``): a null key with value ``0x01``+JSON is a DDL event,
   ``0x02``+8 bytes a resolved event; new TiCDC's ``0x03``+8 bytes value is a delete with commit ts, and
@@ -61,20 +61,13 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from cdclake.errors import CorruptionError
-from cdclake.formats.avro.registry import (
-    MemoryRegistry,
-    RegistryError,
-    SchemaId,
-    SchemaRegistry,
-    header_bytes,
-    header_id,
-    read_payload,
-    readable,
-    registry_from,
-    write_payload,
-)
-from cdclake.formats.avro.registry import read_varint as _varint
+from cdclake.errors import CorruptionError, RegistryError
+from cdclake.formats.avro.datum import read_payload, write_payload
+from cdclake.formats.avro.framing import SchemaId, header_bytes, header_id, readable
+from cdclake.formats.avro.reader import read_varint as _varint
+from cdclake.formats.avro.registry import registry_from
+from cdclake.formats.avro.registry.base import SchemaRegistry
+from cdclake.formats.avro.registry.memory import MemoryRegistry
 from cdclake.formats.base import DecodeError, Format, Option, reason
 from cdclake.formats.ticdc.checksum import (
     ChecksumInputError,
