@@ -1,0 +1,151 @@
+"""TiCDC's Avro schemas as the encoder writes them: each column's field and its canonical → wire converter,
+and the extension and checksum fields."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Final, NamedTuple
+
+from cdclake.formats.avro.framing import SchemaId
+from cdclake.formats.avro.names import sanitize
+from cdclake.formats.ticdc.avro_schema import (
+    CHECKSUM_FIELD,
+    CHECKSUM_VERSION_FIELD,
+    COMMIT_TS_FIELD,
+    CORRUPTED_FIELD,
+    OP_FIELD,
+    PHYSICAL_TIME_FIELD,
+    U64,
+    Converter,
+)
+from cdclake.formats.ticdc.checksum import RowChecksum, column_encoder, join_allowed
+from cdclake.model import types as T
+from cdclake.model import values as V
+from cdclake.model.events import Column
+from cdclake.model.types import parse_type
+
+_I63: Final = 1 << 63
+
+
+def _bit_bytes(value: int) -> bytes:
+    return int(value).to_bytes(max(1, (int(value).bit_length() + 7) // 8), "big")
+
+
+def _signed_long(value: int) -> int:
+    return value - U64 if value >= _I63 else value
+
+
+class WireColumn(NamedTuple):
+    name: str  # the event's column name
+    field: dict[str, Any]
+    to_wire: Converter | None
+    checksum: Any
+
+
+def wire_column(col: Column, key: bool, settings: dict[str, Any]) -> WireColumn:
+    """The Avro field TiCDC writes for a column, and the canonical → wire converter."""
+    t = parse_type(col.type)
+    family = t.family
+    zone = settings["timestamp-zone"]
+    avro: str = "string"
+    params: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    to_wire: Converter | None = None
+    scale: int | None = None
+    allowed: tuple[str, ...] = ()
+    if family in (T.INTEGER, T.BOOLEAN):
+        bits = t.bits or 8
+        if bits == 64:
+            tidb = "BIGINT UNSIGNED" if t.unsigned else "BIGINT"
+            avro = "long"
+            if t.unsigned:
+                as_text = settings["bigint-unsigned-handling-mode"] == "string"
+                avro, to_wire = ("string", str) if as_text else ("long", _signed_long)
+        else:
+            tidb = "INT UNSIGNED" if t.unsigned else "INT"
+            avro = "long" if t.unsigned and bits == 32 else "int"
+        if family == T.BOOLEAN:
+            to_wire = int
+    elif family == T.YEAR:
+        tidb, avro = "YEAR", "int"
+    elif family in (T.FLOAT, T.DOUBLE):
+        tidb = avro = family
+        tidb = tidb.upper()
+    elif family == T.DECIMAL:
+        tidb = "DECIMAL"
+        scale = t.scale  # None: string mode writes each value's own digits
+        if settings["decimal-handling-mode"] == "precise":
+            scale = T.fixed_scale(t, col.name, "ticdc-avro's decimal-handling-mode=precise")
+            avro = "bytes"
+            extra = {"logicalType": "decimal", "precision": t.length or 10, "scale": scale}
+            to_wire = Decimal
+        else:
+            to_wire = lambda value, scale=scale: V.decimal_text(value, scale)  # noqa: E731
+    elif family == T.BIT:
+        tidb, avro, to_wire = "BIT", "bytes", _bit_bytes
+        params["length"] = str(t.length or 1)
+    elif family == T.TEXT:
+        tidb = "TEXT"
+    elif family == T.BINARY:
+        tidb, avro, to_wire = "BLOB", "bytes", V.unb64
+    elif family == T.JSON:
+        tidb = "JSON"
+    elif family in (T.ENUM, T.SET):
+        if not t.members:
+            raise ValueError(f"ticdc-avro: column {col.name} of type {col.type!r} lists no members")
+        tidb = family.upper()
+        allowed = t.members
+        params["allowed"] = join_allowed(allowed)
+        to_wire = (
+            (lambda value, t=t: V.enum_value(value, t) if isinstance(value, int) else value)
+            if family == T.ENUM
+            else (lambda value, t=t: V.set_value(value, t) if isinstance(value, int) else value)
+        )
+    elif family in (T.DATE, T.DATETIME, T.TIME):
+        tidb = family.upper()
+    elif family == T.TIMESTAMP:
+        tidb = "TIMESTAMP"
+        to_wire = lambda value, zone=zone: (  # noqa: E731
+            V.utc_timestamp_to_local(value, zone) if value.endswith("Z") else value
+        )
+    elif family == T.VECTOR:
+        tidb = "TiDBVECTORFloat32"
+    else:
+        raise ValueError(f"ticdc-avro: column {col.name} has type {col.type!r}, which TiCDC cannot write")
+    avro_type = {"type": avro, "connect.parameters": {"tidb_type": tidb, **params}, **extra}
+    name = sanitize(col.name)
+    nullable = not key and col.nullable is not False
+    if nullable:
+        field = {"default": None, "name": name, "type": ["null", avro_type]}
+    else:
+        field = {"name": name, "type": avro_type}
+    return WireColumn(col.name, field, to_wire, column_encoder(tidb, allowed, scale, zone))
+
+
+class Writer(NamedTuple):
+    topic: str
+    key_id: SchemaId
+    key_parsed: Any
+    value_id: SchemaId
+    value_parsed: Any
+    key_cols: tuple[WireColumn, ...]
+    cols: tuple[WireColumn, ...]
+    checksum: RowChecksum | None
+
+
+EXTENSION_FIELDS: Final = (
+    {"default": "", "name": OP_FIELD, "type": "string"},
+    {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
+    {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
+)
+CHECKSUM_FIELDS: Final = (
+    {"default": "", "name": CHECKSUM_FIELD, "type": "string"},
+    {"default": False, "name": CORRUPTED_FIELD, "type": "boolean"},
+    {"default": 0, "name": CHECKSUM_VERSION_FIELD, "type": "int"},
+)
+
+
+def to_wire(col: WireColumn, value: Any) -> Any:
+    if value is None or col.to_wire is None:
+        return value
+    return col.to_wire(value)
