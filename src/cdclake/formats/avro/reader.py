@@ -61,17 +61,21 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError(f"varint longer than 10 bytes at byte {pos}")
 
 
+def read_length(data: bytes, pos: int) -> tuple[int, int]:
+    """The length of the ``bytes``/``string`` at ``pos``, and the position of its payload."""
+    b = data[pos]
+    if b < 0x80 and not b & 1:
+        return b >> 1, pos + 1
+    n, pos = read_long(data, pos)
+    if n < 0:
+        raise ValueError(f"negative length {n} at byte {pos}")
+    return n, pos
+
+
 def read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
     """The length-prefixed ``bytes``/``string`` at ``pos``, and the position after it; IndexError when the
     data ends first."""
-    b = data[pos]
-    if b < 0x80 and not b & 1:
-        n = b >> 1
-        pos += 1
-    else:
-        n, pos = read_long(data, pos)
-        if n < 0:
-            raise ValueError(f"negative length {n} at byte {pos}")
+    n, pos = read_length(data, pos)
     end = pos + n
     if end > len(data):
         raise IndexError("truncated bytes")
@@ -108,14 +112,13 @@ def long_code(var: str, pos: str = "p") -> list[str]:
             f"    {var}, {pos} = _varint(data, {pos})", f"{var} = ({var} >> 1) ^ -({var} & 1)"]
 
 
-def bytes_code(var: str, pos: str = "p", length: str = "n") -> list[str]:
-    """Lines reading the ``bytes``/``string`` payload at ``data[pos]`` into ``var``, its length into ``length``.
-    No bounds check: a payload past the end is short, and a reader that ends by checking its position, or
-    by indexing the byte after the value, fails on it."""
-    return [f"{length} = data[{pos}]", f"if {length} < 128:", f"    {pos} += 1", "else:",
-            f"    {length}, {pos} = _varint(data, {pos})", f"if {length} & 1:",
-            "    raise ValueError('negative length')", f"{length} >>= 1",
-            f"e = {pos} + {length}", f"{var} = data[{pos}:e]", f"{pos} = e"]
+def bytes_code(var: str, pos: str = "p", length: str = "n", then: str = "") -> list[str]:
+    """Lines reading the ``bytes``/``string`` payload at ``data[pos]`` into ``var`` (followed by ``then``, e.g.
+    ``.decode()``), its length into ``length``. No bounds check: a payload past the end is short, and a reader
+    that ends by checking its position, or by indexing the byte after the value, fails on it."""
+    return [f"{length} = data[{pos}]", f"if {length} < 128 and not {length} & 1:", f"    {length} >>= 1",
+            f"    {pos} += 1", "else:", f"    {length}, {pos} = _length(data, {pos})", f"e = {pos} + {length}",
+            f"{var} = data[{pos}:e]{then}", f"{pos} = e"]
 
 
 class Emitter:
@@ -123,7 +126,7 @@ class Emitter:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.env: dict[str, Any] = {"_varint": read_varint, "_long": read_long, "_bytes": read_bytes,
+        self.env: dict[str, Any] = {"_varint": read_varint, "_long": read_long, "_length": read_length,
                                     "_f32": _F32, "_f64": _F64}
 
     def bind(self, name: str, value: Any) -> str:
@@ -211,9 +214,7 @@ class _SchemaReader(Emitter):
             size = 4 if kind == "float" else 8
             self.emit(depth, f"{var} = _f{size * 8}(data, p)[0]", f"p += {size}")
         else:
-            self.emit(depth, *bytes_code(var))
-            if kind == "string":
-                self.emit(depth, f"{var} = {var}.decode()")
+            self.emit(depth, *bytes_code(var, then=".decode()" if kind == "string" else ""))
 
 
 def compile_reader(schema: Any, filename: str = "<avro reader>") -> Callable[[bytes], Any] | None:

@@ -69,15 +69,17 @@ from cdclake.formats.ticdc.avro_reader import compile_reader
 from cdclake.formats.ticdc.avro_schema import (
     BEFORE_FIELD,
     CHECKSUM_FIELD,
+    CHECKSUM_FIELDS,
     CHECKSUM_VERSION_FIELD,
     COMMIT_TS_FIELD,
     CORRUPTED_FIELD,
+    EXTENSION_FIELDS,
     OP_FIELD,
     PHYSICAL_TIME_FIELD,
     Plan,
     Read,
 )
-from cdclake.formats.ticdc.avro_writer import CHECKSUM_FIELDS, EXTENSION_FIELDS, Writer, to_wire, wire_column
+from cdclake.formats.ticdc.avro_writer import Writer, to_wire, wire_column
 from cdclake.formats.ticdc.checksum import (
     ChecksumInputError,
     RowChecksum,

@@ -19,11 +19,9 @@ from typing import Any, Final
 
 from cdclake.formats.avro.reader import Emitter, bytes_code, long_code, skip_varint
 from cdclake.formats.ticdc.avro_schema import (
-    CHECKSUM_FIELD,
-    CHECKSUM_VERSION_FIELD,
+    CHECKSUM_FIELDS,
     COMMIT_TS_FIELD,
-    CORRUPTED_FIELD,
-    OP_FIELD,
+    EXTENSION_FIELDS,
     PHYSICAL_TIME_FIELD,
     U64,
     Col,
@@ -101,14 +99,8 @@ def _emit_column(out: Emitter, depth: int, i: int, col: Col, avro: dict[str, Any
     return True
 
 
-_TAIL_TYPES: Final = {
-    OP_FIELD: "string", COMMIT_TS_FIELD: "long", PHYSICAL_TIME_FIELD: "long", CHECKSUM_FIELD: "string",
-    CORRUPTED_FIELD: "boolean", CHECKSUM_VERSION_FIELD: "int",
-}  # fmt: skip
-_TAIL_VARS: Final = {
-    OP_FIELD: "op", COMMIT_TS_FIELD: "ts", PHYSICAL_TIME_FIELD: "phys", CHECKSUM_FIELD: "expected",
-    CORRUPTED_FIELD: "corrupted", CHECKSUM_VERSION_FIELD: "version",
-}  # fmt: skip
+_TAIL_TYPES: Final = {f["name"]: f["type"] for f in (*EXTENSION_FIELDS, *CHECKSUM_FIELDS)}
+_TAIL_VARS: Final = dict(zip(_TAIL_TYPES, ("op", "ts", "phys", "expected", "corrupted", "version"), strict=True))
 
 
 def compile_reader(raw: dict[str, Any], plan: Plan, zone_utc: bool) -> Any:

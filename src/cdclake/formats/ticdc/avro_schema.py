@@ -26,6 +26,17 @@ RESERVED: Final = frozenset(
     {BEFORE_FIELD, OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD, CHECKSUM_FIELD, CORRUPTED_FIELD,
      CHECKSUM_VERSION_FIELD}
 )  # fmt: skip
+# The reserved fields as TiCDC writes them: with enable-tidb-extension, and with the row checksum.
+EXTENSION_FIELDS: Final = (
+    {"default": "", "name": OP_FIELD, "type": "string"},
+    {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
+    {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
+)
+CHECKSUM_FIELDS: Final = (
+    {"default": "", "name": CHECKSUM_FIELD, "type": "string"},
+    {"default": False, "name": CORRUPTED_FIELD, "type": "boolean"},
+    {"default": 0, "name": CHECKSUM_VERSION_FIELD, "type": "int"},
+)
 
 U64: Final = 1 << 64
 

@@ -1,5 +1,4 @@
-"""TiCDC's Avro schemas as the encoder writes them: each column's field and its canonical → wire converter,
-and the extension and checksum fields."""
+"""TiCDC's Avro schemas as the encoder writes them: each column's field and its canonical → wire converter."""
 
 from __future__ import annotations
 
@@ -8,16 +7,7 @@ from typing import Any, Final, NamedTuple
 
 from cdclake.formats.avro.framing import SchemaId
 from cdclake.formats.avro.names import sanitize
-from cdclake.formats.ticdc.avro_schema import (
-    CHECKSUM_FIELD,
-    CHECKSUM_VERSION_FIELD,
-    COMMIT_TS_FIELD,
-    CORRUPTED_FIELD,
-    OP_FIELD,
-    PHYSICAL_TIME_FIELD,
-    U64,
-    Converter,
-)
+from cdclake.formats.ticdc.avro_schema import U64, Converter
 from cdclake.formats.ticdc.checksum import RowChecksum, column_encoder, join_allowed
 from cdclake.model import types as T
 from cdclake.model import values as V
@@ -131,18 +121,6 @@ class Writer(NamedTuple):
     key_cols: tuple[WireColumn, ...]
     cols: tuple[WireColumn, ...]
     checksum: RowChecksum | None
-
-
-EXTENSION_FIELDS: Final = (
-    {"default": "", "name": OP_FIELD, "type": "string"},
-    {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
-    {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
-)
-CHECKSUM_FIELDS: Final = (
-    {"default": "", "name": CHECKSUM_FIELD, "type": "string"},
-    {"default": False, "name": CORRUPTED_FIELD, "type": "boolean"},
-    {"default": 0, "name": CHECKSUM_VERSION_FIELD, "type": "int"},
-)
 
 
 def to_wire(col: WireColumn, value: Any) -> Any:
