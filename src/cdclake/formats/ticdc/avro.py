@@ -15,8 +15,9 @@ Decoding:
   ``_tidb_commit_ts`` the commit TSO (``commit_ts``); ``ts_ms`` is its physical part (what
   ``_tidb_commit_physical_time`` carries), else the Kafka timestamp.
   Without it insert and update cannot be told apart: op ``u`` (an upsert), no commit ts.
-- The schema is read per schema ID once and compiled into a plan: column list, converters, checksum
-  encoders, and a reader generated for the schema that walks the bytes once, producing canonical values
+- The schema is read per schema ID once and compiled into a plan (:mod:`~cdclake.formats.ticdc.avro_schema`):
+  column list, converters, checksum encoders, and a reader generated for the schema
+  (:mod:`~cdclake.formats.ticdc.avro_reader`) that walks the bytes once, producing canonical values
   and the checksum together. fastavro plus the converters is the reference path, taken for schemas the
   generator does not know and for any record the generated reader cannot read (it then names the error).
 - A registry that is unreachable or refuses the credentials raises
@@ -58,9 +59,8 @@ from typing import Any, Final
 import msgspec
 
 from cdclake.errors import CorruptionError, RegistryError
-from cdclake.formats.avro.datum import read_payload, write_payload
+from cdclake.formats.avro.datum import read_payload
 from cdclake.formats.avro.framing import SchemaId, header_bytes, header_id, readable
-from cdclake.formats.avro.names import sanitize
 from cdclake.formats.avro.registry import registry_from
 from cdclake.formats.avro.registry.base import SchemaRegistry
 from cdclake.formats.avro.registry.memory import MemoryRegistry
@@ -69,20 +69,16 @@ from cdclake.formats.ticdc.avro_reader import compile_reader
 from cdclake.formats.ticdc.avro_schema import (
     BEFORE_FIELD,
     CHECKSUM_FIELD,
-    CHECKSUM_FIELDS,
-    CHECKSUM_VERSION_FIELD,
     COMMIT_TS_FIELD,
     CORRUPTED_FIELD,
-    EXTENSION_FIELDS,
     OP_FIELD,
     PHYSICAL_TIME_FIELD,
     Plan,
     Read,
 )
-from cdclake.formats.ticdc.avro_writer import Writer, to_wire, wire_column
+from cdclake.formats.ticdc.avro_writer import Writer, new_writer, write
 from cdclake.formats.ticdc.checksum import (
     ChecksumInputError,
-    RowChecksum,
     expected_checksum,
     fold_readings,
 )
@@ -92,7 +88,6 @@ from cdclake.model.events import (
     DDL,
     DELETE,
     INSERT,
-    READ,
     RESOLVED,
     ROW,
     UPDATE,
@@ -409,42 +404,8 @@ class TicdcAvro(Format):
             raise ValueError(f"ticdc-avro: an event of {event.database}.{event.table} has no columns to write")
         cache_key = (event.database, event.table, columns, tuple(event.key or ()))
         writer = self._writers.get(cache_key)
-        if writer is not None:
-            return writer
-        s = self.settings
-        key_names = [c.name for c in columns if c.key] or list(event.key or ())
-        if not key_names:
-            raise ValueError(
-                f"ticdc-avro: {event.database}.{event.table} has no key columns; TiCDC writes Avro only for "
-                "tables with a primary key or a NOT NULL unique key"
-            )
-        by_name = {c.name: c for c in columns}
-        unknown = [n for n in key_names if n not in by_name]
-        if unknown:
-            raise ValueError(f"ticdc-avro: key column(s) {', '.join(unknown)} are not among the event's columns")
-        cols = tuple(wire_column(c, c.name in key_names, s) for c in columns)
-        key_cols = tuple(wire_column(by_name[n], True, s) for n in key_names)
-        database, table = event.database or "", event.table or ""
-        namespace = sanitize(s["namespace"]) + ("." + sanitize(database) if database else "")
-        fields: list[dict[str, Any]] = [c.field for c in cols]
-        if s["enable-tidb-extension"]:
-            fields += EXTENSION_FIELDS
-        checksum = None
-        if s["integrity-check-level"] == "correctness":
-            fields += CHECKSUM_FIELDS
-            checksum = RowChecksum([c.checksum for c in cols])
-        head = {"type": "record", "name": sanitize(table), "namespace": namespace}
-        key_schema = {**head, "fields": [c.field for c in key_cols]}
-        value_schema = {**head, "fields": fields}
-        topic = s["topic"].replace("{schema}", database).replace("{table}", table)
-        subject = topic.replace(".", "_")
-        registry = self.registry
-        key_id = registry.register(subject + "-key", key_schema)
-        value_id = registry.register(subject + "-value", value_schema)
-        writer = Writer(
-            topic, key_id, registry.schema(key_id), value_id, registry.schema(value_id), key_cols, cols, checksum
-        )
-        self._writers[cache_key] = writer
+        if writer is None:
+            writer = self._writers[cache_key] = new_writer(event, columns, self.settings, self.registry)
         return writer
 
     def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
@@ -469,34 +430,11 @@ class TicdcAvro(Format):
             if image is None:
                 raise ValueError(f"ticdc-avro: a {event.op} event of {event.database}.{event.table} has no row image")
             for op, row in changes:
-                key, value, timestamp = self._write(writer, op, row, event)
+                key, value, timestamp = write(writer, op, row, event, self.settings["enable-tidb-extension"])
                 offset = offsets.get(writer.topic, 0)
                 offsets[writer.topic] = offset + 1
                 records.append(Record(key=key, value=value, topic=writer.topic, offset=offset, timestamp=timestamp))
         return records
-
-    def _write(
-        self, writer: Writer, op: str, row: dict[str, Any], event: ChangeEvent
-    ) -> tuple[bytes, bytes | None, int | None]:
-        key_datum = {c.field["name"]: to_wire(c, row.get(c.name)) for c in writer.key_cols}
-        key = write_payload(writer.key_id, writer.key_parsed, key_datum)
-        timestamp = event.ts_ms
-        if op == DELETE:
-            return key, None, timestamp
-        datum = {c.field["name"]: to_wire(c, row.get(c.name)) for c in writer.cols}
-        crc = writer.checksum(list(datum.values())) if writer.checksum is not None else 0
-        if self.settings["enable-tidb-extension"]:
-            commit_ts = event.commit_ts or 0
-            datum[OP_FIELD] = "c" if op in (INSERT, READ) else "u"
-            datum[COMMIT_TS_FIELD] = commit_ts
-            datum[PHYSICAL_TIME_FIELD] = commit_ts >> 18
-            if commit_ts:
-                timestamp = commit_ts >> 18
-        if writer.checksum is not None:
-            datum[CHECKSUM_FIELD] = str(crc)
-            datum[CORRUPTED_FIELD] = False
-            datum[CHECKSUM_VERSION_FIELD] = 0
-        return key, write_payload(writer.value_id, writer.value_parsed, datum), timestamp
 
 
 def _read_reference(plan: Plan, data: bytes, schema_id: SchemaId) -> Read:

@@ -1,17 +1,31 @@
-"""TiCDC's Avro schemas as the encoder writes them: each column's field and its canonical → wire converter."""
+"""The TiCDC Avro encoder's parts: each column's field and its canonical → wire converter, a table's registered
+schemas (:class:`Writer`), and one row change written with them."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
+from cdclake.formats.avro.datum import write_payload
 from cdclake.formats.avro.framing import SchemaId
 from cdclake.formats.avro.names import sanitize
-from cdclake.formats.ticdc.avro_schema import U64, Converter
+from cdclake.formats.avro.registry.base import SchemaRegistry
+from cdclake.formats.ticdc.avro_schema import (
+    CHECKSUM_FIELD,
+    CHECKSUM_FIELDS,
+    CHECKSUM_VERSION_FIELD,
+    COMMIT_TS_FIELD,
+    CORRUPTED_FIELD,
+    EXTENSION_FIELDS,
+    OP_FIELD,
+    PHYSICAL_TIME_FIELD,
+    U64,
+    Converter,
+)
 from cdclake.formats.ticdc.checksum import RowChecksum, column_encoder, join_allowed
 from cdclake.model import types as T
 from cdclake.model import values as V
-from cdclake.model.events import Column
+from cdclake.model.events import DELETE, INSERT, READ, ChangeEvent, Column
 from cdclake.model.types import parse_type
 
 _I63: Final = 1 << 63
@@ -127,3 +141,66 @@ def to_wire(col: WireColumn, value: Any) -> Any:
     if value is None or col.to_wire is None:
         return value
     return col.to_wire(value)
+
+
+def new_writer(event: ChangeEvent, columns: tuple[Column, ...], s: dict[str, Any], registry: SchemaRegistry
+               ) -> Writer:
+    """The schemas TiCDC writes for the table of ``event`` with these columns, registered (subjects
+    ``<topic>-key`` and ``<topic>-value``, ``.`` replaced by ``_``)."""
+    key_names = [c.name for c in columns if c.key] or list(event.key or ())
+    if not key_names:
+        raise ValueError(
+            f"ticdc-avro: {event.database}.{event.table} has no key columns; TiCDC writes Avro only for "
+            "tables with a primary key or a NOT NULL unique key"
+        )
+    by_name = {c.name: c for c in columns}
+    unknown = [n for n in key_names if n not in by_name]
+    if unknown:
+        raise ValueError(f"ticdc-avro: key column(s) {', '.join(unknown)} are not among the event's columns")
+    cols = tuple(wire_column(c, c.name in key_names, s) for c in columns)
+    key_cols = tuple(wire_column(by_name[n], True, s) for n in key_names)
+    database, table = event.database or "", event.table or ""
+    namespace = sanitize(s["namespace"]) + ("." + sanitize(database) if database else "")
+    fields: list[dict[str, Any]] = [c.field for c in cols]
+    if s["enable-tidb-extension"]:
+        fields += EXTENSION_FIELDS
+    checksum = None
+    if s["integrity-check-level"] == "correctness":
+        fields += CHECKSUM_FIELDS
+        checksum = RowChecksum([c.checksum for c in cols])
+    head = {"type": "record", "name": sanitize(table), "namespace": namespace}
+    key_schema = {**head, "fields": [c.field for c in key_cols]}
+    value_schema = {**head, "fields": fields}
+    topic = s["topic"].replace("{schema}", database).replace("{table}", table)
+    subject = topic.replace(".", "_")
+    key_id = registry.register(subject + "-key", key_schema)
+    value_id = registry.register(subject + "-value", value_schema)
+    return Writer(
+        topic, key_id, registry.schema(key_id), value_id, registry.schema(value_id), key_cols, cols, checksum
+    )
+
+
+def write(
+    writer: Writer, op: str, row: dict[str, Any], event: ChangeEvent, extension: bool
+) -> tuple[bytes, bytes | None, int | None]:
+    """The key, value (None for a delete: a tombstone) and timestamp of one row change; ``extension``:
+    enable-tidb-extension."""
+    key_datum = {c.field["name"]: to_wire(c, row.get(c.name)) for c in writer.key_cols}
+    key = write_payload(writer.key_id, writer.key_parsed, key_datum)
+    timestamp = event.ts_ms
+    if op == DELETE:
+        return key, None, timestamp
+    datum = {c.field["name"]: to_wire(c, row.get(c.name)) for c in writer.cols}
+    crc = writer.checksum(list(datum.values())) if writer.checksum is not None else 0
+    if extension:
+        commit_ts = event.commit_ts or 0
+        datum[OP_FIELD] = "c" if op in (INSERT, READ) else "u"
+        datum[COMMIT_TS_FIELD] = commit_ts
+        datum[PHYSICAL_TIME_FIELD] = commit_ts >> 18
+        if commit_ts:
+            timestamp = commit_ts >> 18
+    if writer.checksum is not None:
+        datum[CHECKSUM_FIELD] = str(crc)
+        datum[CORRUPTED_FIELD] = False
+        datum[CHECKSUM_VERSION_FIELD] = 0
+    return key, write_payload(writer.value_id, writer.value_parsed, datum), timestamp
