@@ -97,13 +97,17 @@ _OP_INIT = 16
 _ROW_OPS: Final = {_OP_INSERT: INSERT, _OP_UPDATE: UPDATE, _OP_DELETE: DELETE, _OP_INIT: READ}
 _DOUBLE = struct.Struct("<d")
 
-# Zig-zag encoded union branch bytes of an image value.
+# The datum is read with plain code over (data, pos), the common one-byte varints and short strings inline,
+# because per-value function calls dominate the cost of decoding in Python. Reading past the end raises
+# IndexError, which becomes "truncated".
+
 # Zig-zag encoded union branch bytes of an image value.
 _B_NULL, _B_INTEGER, _B_CHARACTER, _B_DECIMAL, _B_FLOAT, _B_TIMESTAMP, _B_DATETIME = 0, 2, 4, 6, 8, 10, 12
 _B_TIMESTAMP_TZ, _B_BINARY_GEOMETRY, _B_TEXT_GEOMETRY, _B_BINARY_OBJECT, _B_TEXT_OBJECT = 14, 16, 18, 20, 22
 _B_EMPTY_OBJECT = 24
 _BOOLEAN: Final = T.parse_type("boolean")
 
+# Tag keys as Avro writes them (length 9, zig-zag 0x12): a sharded source's logical database and table.
 _L_DB_NAME: Final = b"\x12l_db_name"
 _L_TB_NAME: Final = b"\x12l_tb_name"
 
