@@ -8,7 +8,8 @@ import fastavro
 from typer.testing import CliRunner
 
 from cdclake.cli.main import app
-from cdclake.formats.avro.registry import DirectoryRegistry, frame
+from cdclake.formats.avro.framing import frame
+from cdclake.formats.avro.registry.directory import DirectoryRegistry
 from cdclake.formats.ticdc.avro import TicdcAvro
 from cdclake.model.events import DELETE, INSERT, ROW, ChangeEvent, Column
 from cdclake.model.records import Record, write_records

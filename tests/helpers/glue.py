@@ -1,5 +1,5 @@
 """A local stand-in for the AWS Glue Schema Registry: moto's server on 127.0.0.1, speaking Glue's real HTTP
-API, so boto3 and cdclake's :class:`~cdclake.formats.avro.registry.GlueRegistry` run unchanged against it."""
+API, so boto3 and cdclake's :class:`~cdclake.formats.avro.registry.glue.GlueRegistry` run unchanged against it."""
 
 from __future__ import annotations
 

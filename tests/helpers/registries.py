@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cdclake.formats.avro import registry as confluent
-from cdclake.formats.avro.registry import ApicurioId
+from cdclake.formats.avro.framing import ApicurioId, frame, unframe
+from cdclake.formats.avro.registry.base import SchemaRegistry
 from cdclake.model.records import Record
 
 
@@ -118,7 +118,7 @@ CONTENT_ID_BASE = 5000
 APICURIO_FORMS = ("headers", "8-byte", "4-byte")
 
 
-def as_apicurio_framed(records: Sequence[Record], schemas: confluent.SchemaRegistry, fake: FakeRegistry,
+def as_apicurio_framed(records: Sequence[Record], schemas: SchemaRegistry, fake: FakeRegistry,
                     form: str) -> list[Record]:
     """Confluent-framed records (their schemas in ``schemas``) as Apicurio Registry's serializers write them, their
     schemas put into ``fake``: ``headers`` (2.x serializers' default: the bare datum, the globalId in a header),
@@ -127,7 +127,7 @@ def as_apicurio_framed(records: Sequence[Record], schemas: confluent.SchemaRegis
     def reframed(data: bytes | None, part: str, headers: list[tuple[str, bytes | None]]) -> bytes | None:
         if data is None:
             return None
-        schema_id, datum = confluent.unframe(data)
+        schema_id, datum = unframe(data)
         assert isinstance(schema_id, int)
         text = json.dumps(schemas.raw_schema(schema_id))
         global_id = ApicurioId("globalId", GLOBAL_ID_BASE + schema_id)
@@ -138,7 +138,7 @@ def as_apicurio_framed(records: Sequence[Record], schemas: confluent.SchemaRegis
             return datum
         if form == "8-byte":
             return b"\x00" + struct.pack(">q", global_id.number) + datum
-        return confluent.frame(content_id.number, datum)
+        return frame(content_id.number, datum)
 
     out = []
     for record in records:

@@ -1197,12 +1197,12 @@ def _check_kafka_sources(config: PipelineConfig) -> None:
 def _check_registries(config: PipelineConfig) -> None:
     """Each source's schema registry reachable over HTTP, before Spark starts, as the Kafka sources are: a registry
     that is down is then one line in a second, not the first batch's failure after Spark's start, with its noise."""
-    from cdclake.formats.avro import registry as confluent
+    from cdclake.formats.avro.registry.http import HttpRegistry
 
     for source in config.sources:
         registry = str(source.options.get("registry") or "")
         if registry.lower().startswith(("http://", "https://")):
-            confluent.HttpRegistry(registry).check()
+            HttpRegistry(registry).check()
 
 
 def _kafka_read(source: SourceConfig, config: PipelineConfig, sink: Sink) -> SourceRead:

@@ -19,7 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
-from cdclake.formats.avro import registry as confluent
+from cdclake.errors import RegistryError
+from cdclake.formats.avro.datum import read_payload
+from cdclake.formats.avro.framing import frame, header_id
+from cdclake.formats.avro.registry.base import parse
 from cdclake.formats.debezium.avro import DebeziumAvro
 from cdclake.model.events import ChangeEvent, Column, pad_position
 from cdclake.model.records import Record
@@ -55,7 +58,7 @@ def registry_dir(path: Path, schemas: dict[int, Any]) -> str:
 def framed(schema: Any, schema_id: int, datum: Any) -> bytes:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema, named_schemas={}), datum)
-    return confluent.frame(schema_id, out.getvalue())
+    return frame(schema_id, out.getvalue())
 
 
 def only_event(fmt: DebeziumAvro, record: Record) -> ChangeEvent:
@@ -84,7 +87,7 @@ def test_spec_10_3_byte_vector(tmp_path: Path) -> None:
 def test_spec_10_3_vector_is_what_fastavro_writes(tmp_path: Path) -> None:
     # The vector read back as a datum has the fields the spec lists (string-first snapshot union).
     _, value_schema, _, value = spec_vector()
-    datum = confluent.read_payload(confluent.parse(value_schema), value, 2)
+    datum = read_payload(parse(value_schema), value, 2)
     assert datum["source"]["snapshot"] == "false" and datum["source"]["ts_us"] == 1465491411000000
     assert framed(value_schema, 2, datum) == value
 
@@ -370,14 +373,14 @@ def test_bad_input(vector_format: tuple[DebeziumAvro, bytes, bytes, dict[str, An
     fmt, _, value, value_schema = vector_format
     assert "shorter than the 5-byte Confluent header" in failure(fmt, value[:3])
     assert "neither the Confluent magic byte 0x00 nor the AWS Glue header version" in failure(fmt, b"{" + value[1:])
-    assert "schema id 9 is not in" in failure(fmt, confluent.frame(9, value[5:]))
+    assert "schema id 9 is not in" in failure(fmt, frame(9, value[5:]))
     assert "truncated" in failure(fmt, value[:-12])
     assert "trailing byte" in failure(fmt, value + b"\x00")
-    datum = confluent.read_payload(confluent.parse(value_schema), value, 2)
+    datum = read_payload(parse(value_schema), value, 2)
     assert "unknown op 'x'" in failure(fmt, framed(value_schema, 2, {**datum, "op": "x"}))
     assert "op c without an after image" in failure(fmt, framed(value_schema, 2, {**datum, "after": None}))
     assert "key: first byte is 0x7b" in failure(fmt, value, key=b'{"id": 1}')
-    assert "truncated" in failure(fmt, value, key=confluent.frame(1, b""))
+    assert "truncated" in failure(fmt, value, key=frame(1, b""))
     assert "needs the registry option" in failure(DebeziumAvro(), value)
 
 
@@ -385,8 +388,8 @@ def test_unsupported_writer_schemas(tmp_path: Path) -> None:
     union = {"type": "record", "name": "Envelope", "fields": [
         {"name": "after", "type": ["null", "int", "string"]}, {"name": "op", "type": "string"}]}
     fmt = DebeziumAvro(registry=registry_dir(tmp_path, {3: union, 4: {"type": "string"}}))
-    assert "is not an optional value" in failure(fmt, confluent.frame(3, b"\x02\x02\x02c"))
-    assert "is not a record schema" in failure(fmt, confluent.frame(4, b"\x02c"))
+    assert "is not an optional value" in failure(fmt, frame(3, b"\x02\x02\x02c"))
+    assert "is not a record schema" in failure(fmt, frame(4, b"\x02c"))
 
 
 def test_non_change_values_are_skipped_or_ddl(tmp_path: Path) -> None:
@@ -428,9 +431,9 @@ def test_generated_reader_matches_fastavro(events: list[ChangeEvent]) -> None:
         for data, key in ((record.value, False), (record.key, True)):
             if data is None:
                 continue
-            reader = fmt._reader(confluent.header_id(data), key=key)
+            reader = fmt._reader(header_id(data), key=key)
             assert reader.fast is not None
-            assert reader.fast(data) == confluent.read_payload(reader.parsed, data, reader.schema_id)
+            assert reader.fast(data) == read_payload(reader.parsed, data, reader.schema_id)
             with pytest.raises((ValueError, IndexError)):
                 reader.fast(data[:-1] if len(data) > 6 else data + b"\x00")
 
@@ -461,12 +464,12 @@ def test_an_unreachable_registry_stops_the_run(kind: str) -> None:
         port = probe.getsockname()[1]
     if kind == "glue":
         fmt = DebeziumAvro(registry=f"glue://us-west-1?endpoint=http://127.0.0.1:{port}")
-        value = confluent.frame(uuid.UUID(int=1), b"\x02")
+        value = frame(uuid.UUID(int=1), b"\x02")
     else:
         fmt = DebeziumAvro(registry=f"http://127.0.0.1:{port}")
         fmt.registry().retries = 0
-        value = confluent.frame(1, b"\x02")
-    with pytest.raises(confluent.RegistryError, match=r"failed while fetching|could not be reached"):
+        value = frame(1, b"\x02")
+    with pytest.raises(RegistryError, match=r"failed while fetching|could not be reached"):
         fmt.decode([Record(value=value)])
 
 

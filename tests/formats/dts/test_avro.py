@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
-from cdclake.formats.dts.avro import PLACEHOLDER_BYTES, RECORD_SCHEMA, RECORD_SCHEMA_R1
+from cdclake.formats.dts.avro import PLACEHOLDER_BYTES
+from cdclake.formats.dts.schema import RECORD_SCHEMA, RECORD_SCHEMA_R1
 from cdclake.model import values as V
 from cdclake.model.events import ChangeEvent, Column, pad_position
 from cdclake.model.records import Record
@@ -385,7 +386,7 @@ def test_unknown_charset_keeps_the_bytes_and_is_reported(caplog):
     fields = [{"name": "id", "dataTypeNumber": 3}, {"name": "s", "dataTypeNumber": 253}]
     image = [v("Integer", precision=4, value="1"), v("Character", charset="ZHS16GBK", value="中".encode("gbk"))]
     value = avro(datum(fields=fields, afterImages=image))
-    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts.avro"):
+    with caplog.at_level(logging.WARNING, logger="cdclake.formats.dts.types"):
         out = decode(value, value)
     assert not out.failures, out.failures[0].reason
     assert [e.after for e in out.events] == [{"id": 1, "s": V.b64("中".encode("gbk"))}] * 2
@@ -609,7 +610,7 @@ def test_generic_reader_agrees_with_the_compiled_one(make, monkeypatch):
                            afterImages=[v("Integer", precision=8, value="1"),
                                         v("BinaryObject", type="BLOB", value=b"\x00")]))
     compiled = one(value)
-    monkeypatch.setattr("cdclake.formats.dts.avro._compile_reader", lambda layout, codecs_: lambda *args: None)
+    monkeypatch.setattr("cdclake.formats.dts.avro.compile_image_reader", lambda layout, codecs_: lambda *args: None)
     generic = one(value)
     assert generic == compiled
 
@@ -624,7 +625,7 @@ def test_compiled_reader_agrees_with_the_generic_one_on_every_type(monkeypatch, 
     records = formats.create("dts-avro").encode(events)
     compiled = formats.create("dts-avro").decode(records)
     with monkeypatch.context() as patch:
-        patch.setattr("cdclake.formats.dts.avro._compile_reader", lambda layout, codecs_: lambda *args: None)
+        patch.setattr("cdclake.formats.dts.avro.compile_image_reader", lambda layout, codecs_: lambda *args: None)
         generic = formats.create("dts-avro").decode(records)
     assert not generic.failures, generic.failures[0].reason
     assert [msgspec.json.encode(e) for e in compiled.events] == [msgspec.json.encode(e) for e in generic.events]

@@ -19,9 +19,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cdclake.cli.main import app
+from cdclake.errors import RegistryError
 from cdclake.formats import create, get
-from cdclake.formats.avro.registry import DirectoryRegistry, MemoryRegistry, RegistryError, frame
-from cdclake.formats.ticdc.avro import CorruptionError, TicdcAvro, _read_reference, sanitize
+from cdclake.formats.avro.framing import frame
+from cdclake.formats.avro.names import sanitize
+from cdclake.formats.avro.registry.directory import DirectoryRegistry
+from cdclake.formats.avro.registry.memory import MemoryRegistry
+from cdclake.formats.ticdc.avro import CorruptionError, TicdcAvro, _read_reference
 from cdclake.model.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Checksum, Column
 from cdclake.model.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
 from cdclake.model.records import Record, write_records

@@ -2,7 +2,7 @@
 
 Key and value are each Confluent-framed (``0x00``, 4-byte big-endian schema id, Avro binary), or framed
 by AWS Glue's converter (``0x03``, compression, the schema version's UUID), or with ``framing=apicurio`` by
-Apicurio Registry's (the id in a header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.formats.avro.registry`);
+Apicurio Registry's (the id in a header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.formats.avro.framing`);
 writer schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
 types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
 into the same :class:`~cdclake.formats.debezium.common.FieldSpec` the JSON converter builds, so both
@@ -16,14 +16,18 @@ which branch was written). Avro record and field names may be sanitised, so tabl
 from __future__ import annotations
 
 import json
-import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
 
-from cdclake.formats.avro import registry as confluent
-from cdclake.formats.avro.registry import read_varint as _varint
+from cdclake.errors import RegistryError
+from cdclake.formats.avro.datum import read_payload, write_payload
+from cdclake.formats.avro.framing import SchemaId, apicurio_framed, header_id, readable
+from cdclake.formats.avro.names import lookup, register, sanitize
+from cdclake.formats.avro.reader import compile_reader
+from cdclake.formats.avro.registry import registry_from
+from cdclake.formats.avro.registry.base import SchemaRegistry, parse
 from cdclake.formats.base import DecodeError, Option
 from cdclake.formats.debezium.common import (
     CONNECT_DATE,
@@ -45,7 +49,6 @@ from cdclake.formats.debezium.common import (
     schema_change_events,
     structured,
 )
-from cdclake.formats.ticdc.avro import sanitize
 from cdclake.model.events import ChangeEvent, Row
 from cdclake.model.records import Record
 
@@ -73,9 +76,7 @@ def avro_spec(schema: Any, name: str = "", names: dict[str, Any] | None = None, 
     if isinstance(schema, str):
         if schema in _AVRO_TO_CONNECT:
             return FieldSpec(name, _AVRO_TO_CONNECT[schema], optional=optional)
-        # An unqualified reference names a type of the enclosing namespace first.
-        target = names.get(f"{namespace}.{schema}") if namespace and "." not in schema else None
-        target = target or names.get(schema)
+        target = lookup(names, schema, namespace)
         if target is None:
             raise DecodeError(f"field {name!r}: unknown Avro type {schema!r}")
         return avro_spec(target, name, names, namespace, optional)
@@ -87,7 +88,7 @@ def avro_spec(schema: Any, name: str = "", names: dict[str, Any] | None = None, 
     connect_name = schema.get("connect.name")
     params = dict(schema.get("connect.parameters") or {})
     if kind in ("record", "enum", "fixed"):
-        namespace = _register(schema, names, namespace)
+        namespace = register(schema, names, namespace)
     if kind == "record":
         fields = schema.get("fields")
         if not isinstance(fields, list):
@@ -118,18 +119,6 @@ def avro_spec(schema: Any, name: str = "", names: dict[str, Any] | None = None, 
     return FieldSpec(name, str(connect_type), connect_name, _params(params), optional)
 
 
-def _register(schema: dict[str, Any], names: dict[str, Any], namespace: str) -> str:
-    """Record the named type's full name for later references; the namespace its members inherit."""
-    name = str(schema.get("name", ""))
-    if "." in name:
-        full = name
-    else:
-        namespace = schema.get("namespace", namespace) or ""
-        full = f"{namespace}.{name}" if namespace else name
-    names[full] = schema
-    return full.rpartition(".")[0]
-
-
 def _params(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in params.items())
 
@@ -148,129 +137,20 @@ def without_logical_types(schema: Any) -> Any:
     return schema
 
 
-# --------------------------------------------------------------------------- the generated fast path
-#
-# fastavro's schemaless reader costs about 0.3 µs per value on these envelopes, most of it per-value
-# dispatch. For the shapes Kafka Connect writes (records, optional unions, primitives, enums, fixed), a
-# reader is generated per schema that walks the bytes once with straight-line code. It is only an
-# optimisation: any exception in it sends the record through fastavro, which gives the exact value or the
-# exact error; the tests compare both paths.
-
-
-class _Unsupported(Exception):
-    """A schema shape the generator does not handle (arrays, maps): fastavro reads it."""
-
-
-class _Generator:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.env: dict[str, Any] = {"_varint": _varint, "_f32": struct.Struct("<f").unpack_from,
-                                    "_f64": struct.Struct("<d").unpack_from}
-        self.names: dict[str, Any] = {}
-        self.count = 0
-
-    def var(self) -> str:
-        self.count += 1
-        return f"v{self.count}"
-
-    def emit(self, depth: int, *lines: str) -> None:
-        self.lines.extend("    " * depth + line for line in lines)
-
-    def long(self, var: str, depth: int) -> None:
-        self.emit(depth, f"{var} = data[p]", f"if {var} < 128:", "    p += 1",
-                  "elif data[p + 1] < 128:", f"    {var} = ({var} & 127) | data[p + 1] << 7", "    p += 2",
-                  "else:", f"    {var}, p = _varint(data, p)", f"{var} = ({var} >> 1) ^ -({var} & 1)")
-
-    def node(self, schema: Any, var: str, depth: int, namespace: str) -> None:
-        if isinstance(schema, list):
-            branch = self.var()
-            self.long(branch, depth)
-            for index, member in enumerate(schema):
-                self.emit(depth, f"{'if' if index == 0 else 'elif'} {branch} == {index}:")
-                self.node(member, var, depth + 1, namespace)
-            self.emit(depth, "else:", "    raise ValueError('union branch')")
-            return
-        if isinstance(schema, str):
-            if schema in _PRIMITIVE_READERS or schema == "null":
-                self.primitive(schema, var, depth)
-                return
-            target = self.names.get(f"{namespace}.{schema}") if namespace and "." not in schema else None
-            target = target or self.names.get(schema)
-            if target is None:
-                raise _Unsupported(schema)
-            schema = target
-        kind = schema.get("type")
-        if isinstance(kind, list | dict) or kind in _PRIMITIVE_READERS or kind == "null":
-            self.node(kind, var, depth, namespace)
-        elif kind == "record":
-            namespace = _register(schema, self.names, namespace)
-            members = []
-            for member in schema["fields"]:
-                value = self.var()
-                self.node(member["type"], value, depth, namespace)
-                members.append(f"{member['name']!r}: {value}")
-            self.emit(depth, f"{var} = {{{', '.join(members)}}}")
-        elif kind == "enum":
-            _register(schema, self.names, namespace)
-            symbols = f"_s{self.count}"
-            self.env[symbols] = tuple(schema["symbols"])
-            self.long(var, depth)
-            self.emit(depth, f"if {var} < 0: raise ValueError('enum index')", f"{var} = {symbols}[{var}]")
-        elif kind == "fixed":
-            _register(schema, self.names, namespace)
-            size = int(schema["size"])
-            self.emit(depth, f"if p + {size} > end: raise ValueError('short')", f"{var} = data[p:p + {size}]",
-                      f"p += {size}")
-        else:
-            raise _Unsupported(kind)
-
-    def primitive(self, kind: str, var: str, depth: int) -> None:
-        if kind == "null":
-            self.emit(depth, f"{var} = None")
-        elif kind in ("int", "long"):
-            self.long(var, depth)
-        elif kind == "boolean":
-            self.emit(depth, f"{var} = data[p] != 0", "p += 1")
-        elif kind in ("float", "double"):
-            size = 4 if kind == "float" else 8
-            self.emit(depth, f"{var} = _f{size * 8}(data, p)[0]", f"p += {size}")
-        else:
-            self.long("n", depth)
-            self.emit(depth, "e = p + n", "if n < 0 or e > end: raise ValueError('short')",
-                      f"{var} = data[p:e]{'.decode()' if kind == 'string' else ''}", "p = e")
-
-
-_PRIMITIVE_READERS: Final = frozenset(("int", "long", "float", "double", "boolean", "string", "bytes"))
-
-
-def compile_reader(schema: Any) -> Callable[[bytes], Any] | None:
-    """A reader of Confluent-framed data written with ``schema`` (logical types already stripped), or None
-    when the schema has a shape the generator does not handle."""
-    gen = _Generator()
-    try:
-        gen.node(schema, "datum", 1, "")
-    except _Unsupported:
-        return None
-    source = "\n".join(["def read(data):", "    p = 5", "    end = len(data)", *gen.lines,
-                         "    if p != end: raise ValueError('length')", "    return datum"])
-    exec(compile(source, "<debezium-avro reader>", "exec"), gen.env)
-    return gen.env["read"]
-
-
 class _Reader:
     """One writer schema, compiled: the fastavro schema, a generated reader, and for change envelopes
     the row shapes."""
 
     __slots__ = ("after", "before", "fast", "parsed", "schema_id")
 
-    def __init__(self, schema_id: confluent.SchemaId, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
+    def __init__(self, schema_id: SchemaId, raw: dict[str, Any], wire: Wire, *, key: bool) -> None:
         self.schema_id = schema_id
         stripped = without_logical_types(raw)
         try:
-            self.parsed = confluent.parse(stripped)
+            self.parsed = parse(stripped)
         except Exception as exc:
             raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {exc}") from None
-        self.fast = compile_reader(stripped)
+        self.fast = compile_reader(stripped, "<debezium-avro reader>")
         spec = avro_spec(raw)
         self.before = self.after = None
         if key:
@@ -286,7 +166,7 @@ class _Reader:
                 return self.fast(data)
             except Exception:
                 pass  # the reference path below gives the exact result or error
-        return confluent.read_payload(self.parsed, data, self.schema_id)
+        return read_payload(self.parsed, data, self.schema_id)
 
 
 def _row(shape: RowShape | None, row: Any) -> Row | None:
@@ -309,7 +189,7 @@ class DebeziumAvro(DebeziumFormat):
                       "write by default), globalId or contentId (apicurio.registry.use-id)",
                       ("auto", "globalId", "contentId")))
     # A registry that is down or refuses us fails every record alike: stop the run instead of dead-lettering all.
-    fatal = (confluent.RegistryError,)
+    fatal = (RegistryError,)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -319,26 +199,26 @@ class DebeziumAvro(DebeziumFormat):
                              "REST API: the registry option must be its http(s):// URL (the producer's "
                              "apicurio.registry.url)")
 
-    def registry(self) -> confluent.SchemaRegistry:
+    def registry(self) -> SchemaRegistry:
         """The registry (created on first use; kept across pickling, registries are picklable)."""
         registry = self.__dict__.get("_registry")
         if registry is None:
             if not self.settings["registry"]:
                 raise DecodeError("debezium-avro needs the registry option (URL, folder or memory:)")
-            registry = self.__dict__["_registry"] = confluent.registry_from(self.settings["registry"])
+            registry = self.__dict__["_registry"] = registry_from(self.settings["registry"])
         return registry
 
     @property
     def reads_headers(self) -> bool:
         return self.settings["framing"] == "apicurio"
 
-    def _framed(self, data: bytes, record: Record, part: str) -> tuple[confluent.SchemaId, bytes]:
+    def _framed(self, data: bytes, record: Record, part: str) -> tuple[SchemaId, bytes]:
         """The schema id of the key or value (``part``) and its bytes as the readers take them."""
         if self.settings["framing"] == "apicurio":
-            return confluent.apicurio_framed(data, record.header, part, self.settings["apicurio-id"])
-        return confluent.header_id(data), confluent.readable(data)
+            return apicurio_framed(data, record.header, part, self.settings["apicurio-id"])
+        return header_id(data), readable(data)
 
-    def _reader(self, schema_id: confluent.SchemaId, *, key: bool = False) -> _Reader:
+    def _reader(self, schema_id: SchemaId, *, key: bool = False) -> _Reader:
         readers = self.cache("key-readers" if key else "readers")
         reader = readers.get(schema_id)
         if reader is None:
@@ -416,14 +296,14 @@ class DebeziumAvro(DebeziumFormat):
             if table.serialized is None:
                 table.serialized = self._register(table)
             key_id, key_parsed, value_id, value_parsed = table.serialized
-            key = None if planned.key is None else confluent.write_payload(key_id, key_parsed, planned.key)
-            value = None if planned.value is None else confluent.write_payload(value_id, value_parsed, planned.value)
+            key = None if planned.key is None else write_payload(key_id, key_parsed, planned.key)
+            value = None if planned.value is None else write_payload(value_id, value_parsed, planned.value)
             headers = [(name, _json.encode(header)) for name, header in planned.headers]
             records.append(Record(key=key, value=value, topic=table.topic, timestamp=planned.timestamp,
                                   headers=headers))
         return records
 
-    def _register(self, table: TableSchema) -> tuple[confluent.SchemaId, Any, confluent.SchemaId, Any]:
+    def _register(self, table: TableSchema) -> tuple[SchemaId, Any, SchemaId, Any]:
         registry = self.registry()
         value_schema = avro_schema(table.envelope, set())
         value_id = registry.register(f"{table.topic}-value", value_schema)

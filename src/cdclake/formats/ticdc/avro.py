@@ -15,12 +15,13 @@ Decoding:
   ``_tidb_commit_ts`` the commit TSO (``commit_ts``); ``ts_ms`` is its physical part (what
   ``_tidb_commit_physical_time`` carries), else the Kafka timestamp.
   Without it insert and update cannot be told apart: op ``u`` (an upsert), no commit ts.
-- The schema is read per schema ID once and compiled into a plan: column list, converters, checksum
-  encoders, and a reader generated for the schema that walks the bytes once, producing canonical values
+- The schema is read per schema ID once and compiled into a plan (:mod:`~cdclake.formats.ticdc.avro_schema`):
+  column list, converters, checksum encoders, and a reader generated for the schema
+  (:mod:`~cdclake.formats.ticdc.avro_reader`) that walks the bytes once, producing canonical values
   and the checksum together. fastavro plus the converters is the reference path, taken for schemas the
   generator does not know and for any record the generated reader cannot read (it then names the error).
 - A registry that is unreachable or refuses the credentials raises
-  :class:`~cdclake.formats.avro.registry.RegistryError`, which stops the run like :class:`CorruptionError` (retrying
+  :class:`~cdclake.errors.RegistryError`, which stops the run like :class:`CorruptionError` (retrying
   later is right; dead-lettering every record is not). An unknown schema ID fails only that record.
 - Test-only markers (``avro-enable-watermark``): a null key with value ``0x01``+JSON is a DDL event,
   ``0x02``+8 bytes a resolved event; new TiCDC's ``0x03``+8 bytes value is a delete with commit ts, and
@@ -52,47 +53,41 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
-import struct
-import zlib
-from collections.abc import Callable, Iterable, Sequence
-from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from collections.abc import Iterable
+from typing import Any, Final
 
 import msgspec
 
-from cdclake.errors import CorruptionError
-from cdclake.formats.avro.registry import (
-    MemoryRegistry,
-    RegistryError,
-    SchemaId,
-    SchemaRegistry,
-    header_bytes,
-    header_id,
-    read_payload,
-    readable,
-    registry_from,
-    write_payload,
-)
-from cdclake.formats.avro.registry import read_varint as _varint
+from cdclake.errors import CorruptionError, RegistryError
+from cdclake.formats.avro.datum import read_payload
+from cdclake.formats.avro.framing import SchemaId, header_bytes, header_id, readable
+from cdclake.formats.avro.registry import registry_from
+from cdclake.formats.avro.registry.base import SchemaRegistry
+from cdclake.formats.avro.registry.memory import MemoryRegistry
 from cdclake.formats.base import DecodeError, Format, Option, reason
+from cdclake.formats.ticdc.avro_reader import compile_reader
+from cdclake.formats.ticdc.avro_schema import (
+    BEFORE_FIELD,
+    CHECKSUM_FIELD,
+    COMMIT_TS_FIELD,
+    CORRUPTED_FIELD,
+    OP_FIELD,
+    PHYSICAL_TIME_FIELD,
+    Plan,
+    Read,
+)
+from cdclake.formats.ticdc.avro_writer import Writer, new_writer, write
 from cdclake.formats.ticdc.checksum import (
     ChecksumInputError,
-    RowChecksum,
-    column_encoder,
     expected_checksum,
     fold_readings,
-    join_allowed,
-    split_allowed,
 )
 from cdclake.model import ddl as ddl_text
-from cdclake.model import types as T
 from cdclake.model import values as V
 from cdclake.model.events import (
     DDL,
     DELETE,
     INSERT,
-    READ,
     RESOLVED,
     ROW,
     UPDATE,
@@ -103,22 +98,8 @@ from cdclake.model.events import (
 )
 from cdclake.model.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED, RowCheck
 from cdclake.model.records import Record
-from cdclake.model.types import SqlType, parse_type
 
 log = logging.getLogger(__name__)
-
-OP_FIELD: Final = "_tidb_op"
-COMMIT_TS_FIELD: Final = "_tidb_commit_ts"
-PHYSICAL_TIME_FIELD: Final = "_tidb_commit_physical_time"
-CHECKSUM_FIELD: Final = "_tidb_row_level_checksum"
-CORRUPTED_FIELD: Final = "_tidb_corrupted"
-CHECKSUM_VERSION_FIELD: Final = "_tidb_checksum_version"
-BEFORE_FIELD: Final = "_ticdc_before"
-# The first field with one of these names ends the column fields (ticdc-avro.md §5).
-RESERVED: Final = frozenset(
-    {BEFORE_FIELD, OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD, CHECKSUM_FIELD, CORRUPTED_FIELD,
-     CHECKSUM_VERSION_FIELD}
-)  # fmt: skip
 
 DDL_MARKER: Final = 0x01
 CHECKPOINT_MARKER: Final = 0x02
@@ -128,203 +109,10 @@ _OPS: Final = {"c": INSERT, "u": UPDATE, "d": DELETE, "": UPDATE, None: UPDATE}
 _RANK_DELETE: Final = 0
 _RANK_UPSERT: Final = 1
 _RANK_PREFIX: Final = {rank: pad_position(rank, "") for rank in (_RANK_DELETE, _RANK_UPSERT)}
-_U64: Final = 1 << 64
-_I63: Final = 1 << 63
 
 
 class CorruptRow(DecodeError):
     """A corrupt row under ``corruption-handling=quarantine``: its record becomes a dead letter."""
-
-
-# --- reading schemas -------------------------------------------------------------------------------
-
-Converter = Callable[[Any], Any]
-
-
-def _unsigned_long(value: int) -> int:
-    return value + _U64 if value < 0 else value
-
-
-def _unsigned_text(value: str) -> int:
-    number = int(value)
-    if not 0 <= number < _U64:
-        raise V.BadValue(f"BIGINT UNSIGNED value {value!r} is out of range")
-    return number
-
-
-def _decimal_text(value: Decimal) -> str:
-    return format(value, "f")  # fastavro scales by the schema's scale, so the exponent is -scale
-
-
-def _bit_value(value: bytes) -> int:
-    return int.from_bytes(value, "big")
-
-
-def _utc_timestamp(text: str) -> str:
-    if text.startswith("0000-00-00"):
-        return text
-    return text.replace(" ", "T", 1) + "Z"
-
-
-def _local_timestamp(zone: str) -> Converter:
-    def convert(text: str) -> str:
-        try:
-            return V.local_timestamp_to_utc(text, zone, rule="go")
-        except ValueError:
-            raise V.BadValue(f"TIMESTAMP {text[:40]!r} is not YYYY-MM-DD HH:MM:SS[.f]") from None
-
-    return convert
-
-
-# The Avro types TiCDC writes for each tidb_type (FLOAT was double before v7.0.0).
-_AVRO_TYPES: Final = {
-    "INT": ("int", "long"), "INT UNSIGNED": ("int", "long"), "BIGINT": ("long",), "YEAR": ("int",),
-    "BIGINT UNSIGNED": ("long", "string"), "FLOAT": ("float", "double"), "DOUBLE": ("double",),
-    "DECIMAL": ("bytes", "string"), "TEXT": ("string",), "JSON": ("string",), "DATE": ("string",),
-    "DATETIME": ("string",), "TIME": ("string",), "TIMESTAMP": ("string",), "BLOB": ("bytes",), "BIT": ("bytes",),
-    "ENUM": ("string",), "SET": ("string",), "TiDBVECTORFloat32": ("string",),
-}  # fmt: skip
-
-
-class _Col(NamedTuple):
-    name: str
-    tidb_type: str
-    nullable: bool
-    type_text: str
-    convert: Converter | None  # wire value → canonical value; None when they are the same
-
-
-def _column_of(field: dict[str, Any], zone: str) -> tuple[_Col, Any]:
-    """A column field's plan entry and its checksum encoder."""
-    name = field.get("name")
-    avro_type = field.get("type")
-    nullable = False
-    if isinstance(avro_type, list):
-        branches = [b for b in avro_type if b != "null"]
-        nullable = len(branches) < len(avro_type)
-        if len(branches) != 1:
-            raise DecodeError(f"column {name!r}: union {avro_type!r} is not a TiCDC column type")
-        avro_type = branches[0]
-    if not isinstance(avro_type, dict) or not isinstance(avro_type.get("connect.parameters"), dict):
-        raise DecodeError(f"column {name!r} has no connect.parameters: not a TiCDC Avro schema")
-    params = avro_type["connect.parameters"]
-    tidb_type = params.get("tidb_type")
-    base = avro_type.get("type")
-    expected = _AVRO_TYPES.get(tidb_type)
-    if expected is not None and base not in expected:
-        raise DecodeError(f"column {name!r}: tidb_type {tidb_type} cannot be Avro {base!r}")
-    convert: Converter | None = None
-    scale: int | None = None
-    allowed: tuple[str, ...] = ()
-    if tidb_type in ("INT", "INT UNSIGNED", "BIGINT", "YEAR"):
-        text = {"INT": "int", "INT UNSIGNED": "int unsigned", "BIGINT": "bigint", "YEAR": "year"}[tidb_type]
-    elif tidb_type == "BIGINT UNSIGNED":
-        text = "bigint unsigned"
-        convert = _unsigned_text if base == "string" else _unsigned_long
-    elif tidb_type in ("FLOAT", "DOUBLE"):
-        text = tidb_type.lower()
-    elif tidb_type == "DECIMAL":
-        if avro_type.get("logicalType") == "decimal":
-            scale = int(avro_type.get("scale", 0))
-            text = f"decimal({int(avro_type.get('precision', 10))},{scale})"
-            convert = _decimal_text
-        elif base == "string":
-            text = "decimal"
-        else:
-            raise DecodeError(f"column {name!r}: DECIMAL as Avro bytes without the decimal logical type")
-    elif tidb_type in ("TEXT", "JSON", "DATE", "DATETIME", "TIME"):
-        text = tidb_type.lower()
-    elif tidb_type == "BLOB":
-        text = "blob"
-        convert = V.b64
-    elif tidb_type == "TIMESTAMP":
-        text = "timestamp"
-        convert = _utc_timestamp if V.zone(zone) is V.UTC else _local_timestamp(zone)
-    elif tidb_type == "BIT":
-        length = str(params.get("length", ""))
-        text = f"bit({length})" if length.isdigit() else "bit"
-        convert = _bit_value
-    elif tidb_type in ("ENUM", "SET"):
-        allowed = split_allowed(str(params.get("allowed", "")))
-        family = T.ENUM if tidb_type == "ENUM" else T.SET
-        text = T.type_text(SqlType(family, family, members=allowed))
-    elif tidb_type == "TiDBVECTORFloat32":
-        text = "vector"
-    else:
-        raise DecodeError(f"column {name!r} has unknown tidb_type {tidb_type!r}")
-    encoder = column_encoder(tidb_type, allowed, scale, zone)
-    return _Col(str(name), tidb_type, nullable, text, convert), encoder
-
-
-# A value record read: row and before image (canonical values), _tidb_op, _tidb_commit_ts,
-# _tidb_commit_physical_time, _tidb_row_level_checksum, _tidb_corrupted, the recomputed checksum, and why it
-# could not be recomputed. Fields the schema lacks are None.
-_Read = tuple[
-    dict[str, Any], dict[str, Any] | None, str | None, int | None, int | None, str | None, bool | None, int | None, str
-]
-
-
-class _Plan:
-    """What one writer schema needs at decode time, built once per schema ID."""
-
-    __slots__ = (
-        "checksum",
-        "cols",
-        "columns",
-        "converters",
-        "database",
-        "fast",
-        "has_checksum",
-        "hint",
-        "order",
-        "parsed",
-        "table",
-        "tail",
-        "timestamps",
-        "zone",
-    )  # fmt: skip
-
-    def __init__(self, raw: dict[str, Any], parsed: Any, zone: str) -> None:
-        if not isinstance(raw, dict) or raw.get("type") != "record" or not isinstance(raw.get("fields"), list):
-            raise DecodeError("writer schema is not an Avro record: not a TiCDC Avro schema")
-        self.parsed = parsed
-        self.table: str = str(raw.get("name", ""))
-        namespace = str(raw.get("namespace") or "")
-        self.database: str | None = namespace.partition(".")[2] or None
-        fields = raw["fields"]
-        if not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
-            raise DecodeError("writer schema has a field that is not a named Avro field")
-        end = next((i for i, f in enumerate(fields) if f.get("name") in RESERVED), len(fields))
-        cols: list[_Col] = []
-        encoders = []
-        for field in fields[:end]:
-            col, encoder = _column_of(field, zone)
-            cols.append(col)
-            encoders.append(encoder)
-        self.cols = cols
-        self.order = tuple(c.name for c in cols)
-        self.converters = tuple((c.name, c.convert) for c in cols if c.convert is not None)
-        self.tail = tuple(str(f.get("name")) for f in fields[end:])
-        self.has_checksum = CHECKSUM_FIELD in self.tail
-        # TIMESTAMP values are hashed in UTC, so a wrong timestamp-zone shows as a mismatch: say so
-        self.hint = (
-            f" (TIMESTAMP columns are hashed in UTC from timestamp-zone={zone}: is that the TiCDC server's tz?)"
-            if any(c.tidb_type == "TIMESTAMP" for c in cols)
-            else ""
-        )
-        self.checksum = RowChecksum(encoders)
-        self.timestamps = tuple(i for i, c in enumerate(cols) if c.tidb_type == "TIMESTAMP")
-        self.zone = zone
-        self.columns = [Column(c.name, c.type_text, False, c.nullable) for c in cols]
-        self.fast: Callable[[bytes], _Read] | None = _compile_reader(raw, self, encoders, V.zone(zone) is V.UTC)
-
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Wire values → canonical values, in place."""
-        for name, convert in self.converters:
-            value = row[name]
-            if value is not None:
-                row[name] = convert(value)
-        return row
 
 
 class _DdlMarker(msgspec.Struct, rename={"commit_ts": "commitTs"}):
@@ -346,348 +134,10 @@ _VERIFIED: Final = (OK, "")
 _FLAGGED: Final = "TiCDC flagged the row as corrupted (_tidb_corrupted)"
 
 
-# --- writing schemas -------------------------------------------------------------------------------
-
-
-def sanitize(name: str) -> str:
-    """TiCDC's Avro name sanitizing (ticdc-avro.md §5), one ``_`` per replaced code point."""
-    out = []
-    for i, ch in enumerate(name):
-        ascii_letter = ch.isascii() and (ch.isalpha() or ch == "_")
-        if i == 0:
-            if ascii_letter:
-                out.append(ch)
-            elif ch.isascii() and ch.isdigit():
-                out.append("_" + ch)
-            else:
-                out.append("_")
-        else:
-            out.append(ch if ascii_letter or (ch.isascii() and ch.isdigit()) else "_")
-    return "".join(out)
-
-
-def _bit_bytes(value: int) -> bytes:
-    return int(value).to_bytes(max(1, (int(value).bit_length() + 7) // 8), "big")
-
-
-def _signed_long(value: int) -> int:
-    return value - _U64 if value >= _I63 else value
-
-
-class _WireCol(NamedTuple):
-    name: str  # the event's column name
-    field: dict[str, Any]
-    to_wire: Converter | None
-    checksum: Any
-
-
-def _wire_column(col: Column, key: bool, settings: dict[str, Any]) -> _WireCol:
-    """The Avro field TiCDC writes for a column, and the canonical → wire converter."""
-    t = parse_type(col.type)
-    family = t.family
-    zone = settings["timestamp-zone"]
-    avro: str = "string"
-    params: dict[str, str] = {}
-    extra: dict[str, Any] = {}
-    to_wire: Converter | None = None
-    scale: int | None = None
-    allowed: tuple[str, ...] = ()
-    if family in (T.INTEGER, T.BOOLEAN):
-        bits = t.bits or 8
-        if bits == 64:
-            tidb = "BIGINT UNSIGNED" if t.unsigned else "BIGINT"
-            avro = "long"
-            if t.unsigned:
-                as_text = settings["bigint-unsigned-handling-mode"] == "string"
-                avro, to_wire = ("string", str) if as_text else ("long", _signed_long)
-        else:
-            tidb = "INT UNSIGNED" if t.unsigned else "INT"
-            avro = "long" if t.unsigned and bits == 32 else "int"
-        if family == T.BOOLEAN:
-            to_wire = int
-    elif family == T.YEAR:
-        tidb, avro = "YEAR", "int"
-    elif family in (T.FLOAT, T.DOUBLE):
-        tidb = avro = family
-        tidb = tidb.upper()
-    elif family == T.DECIMAL:
-        tidb = "DECIMAL"
-        scale = t.scale  # None: string mode writes each value's own digits
-        if settings["decimal-handling-mode"] == "precise":
-            scale = T.fixed_scale(t, col.name, "ticdc-avro's decimal-handling-mode=precise")
-            avro = "bytes"
-            extra = {"logicalType": "decimal", "precision": t.length or 10, "scale": scale}
-            to_wire = Decimal
-        else:
-            to_wire = lambda value, scale=scale: V.decimal_text(value, scale)  # noqa: E731
-    elif family == T.BIT:
-        tidb, avro, to_wire = "BIT", "bytes", _bit_bytes
-        params["length"] = str(t.length or 1)
-    elif family == T.TEXT:
-        tidb = "TEXT"
-    elif family == T.BINARY:
-        tidb, avro, to_wire = "BLOB", "bytes", V.unb64
-    elif family == T.JSON:
-        tidb = "JSON"
-    elif family in (T.ENUM, T.SET):
-        if not t.members:
-            raise ValueError(f"ticdc-avro: column {col.name} of type {col.type!r} lists no members")
-        tidb = family.upper()
-        allowed = t.members
-        params["allowed"] = join_allowed(allowed)
-        to_wire = (
-            (lambda value, t=t: V.enum_value(value, t) if isinstance(value, int) else value)
-            if family == T.ENUM
-            else (lambda value, t=t: V.set_value(value, t) if isinstance(value, int) else value)
-        )
-    elif family in (T.DATE, T.DATETIME, T.TIME):
-        tidb = family.upper()
-    elif family == T.TIMESTAMP:
-        tidb = "TIMESTAMP"
-        to_wire = lambda value, zone=zone: (  # noqa: E731
-            V.utc_timestamp_to_local(value, zone) if value.endswith("Z") else value
-        )
-    elif family == T.VECTOR:
-        tidb = "TiDBVECTORFloat32"
-    else:
-        raise ValueError(f"ticdc-avro: column {col.name} has type {col.type!r}, which TiCDC cannot write")
-    avro_type = {"type": avro, "connect.parameters": {"tidb_type": tidb, **params}, **extra}
-    name = sanitize(col.name)
-    nullable = not key and col.nullable is not False
-    if nullable:
-        field = {"default": None, "name": name, "type": ["null", avro_type]}
-    else:
-        field = {"name": name, "type": avro_type}
-    return _WireCol(col.name, field, to_wire, column_encoder(tidb, allowed, scale, zone))
-
-
-class _Writer(NamedTuple):
-    topic: str
-    key_id: SchemaId
-    key_parsed: Any
-    value_id: SchemaId
-    value_parsed: Any
-    key_cols: tuple[_WireCol, ...]
-    cols: tuple[_WireCol, ...]
-    checksum: RowChecksum | None
-
-
-_EXTENSION_FIELDS: Final = (
-    {"default": "", "name": OP_FIELD, "type": "string"},
-    {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
-    {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
-)
-_CHECKSUM_FIELDS: Final = (
-    {"default": "", "name": CHECKSUM_FIELD, "type": "string"},
-    {"default": False, "name": CORRUPTED_FIELD, "type": "boolean"},
-    {"default": 0, "name": CHECKSUM_VERSION_FIELD, "type": "int"},
-)
-
-
-# --- the compiled fast path ------------------------------------------------------------------------
-#
-# fastavro plus a converter pass plus a checksum pass costs three walks over a row and a Python call per
-# value. For the schema shapes TiCDC writes, a reader is generated per schema ID that walks the bytes once,
-# producing canonical values and the checksum as it goes. It is only an optimisation: any exception in it
-# (truncated data, a bad union branch, an ENUM name not in ``allowed``…) sends the record through the
-# reference path (fastavro + converters + RowChecksum), which gives the exact result or error; the tests
-# compare both paths on every generated row.
-
-
-_VARINT_END: Final = re.compile(rb"[\x80-\xff]{0,9}[\x00-\x7f]").match
-
-
-class _Emitter:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.env: dict[str, Any] = {}
-
-    def bind(self, name: str, value: Any) -> str:
-        self.env[name] = value
-        return name
-
-    def emit(self, depth: int, *lines: str) -> None:
-        self.lines.extend("    " * depth + line for line in lines)
-
-
-def _emit_long(out: _Emitter, depth: int, var: str) -> None:
-    out.emit(
-        depth,
-        f"{var} = data[p]",
-        f"if {var} < 128:",
-        "    p += 1",
-        "elif data[p + 1] < 128:",
-        f"    {var} = ({var} & 127) | data[p + 1] << 7",
-        "    p += 2",
-        "else:",
-        f"    {var}, p = _varint(data, p)",
-        f"{var} = ({var} >> 1) ^ -({var} & 1)",
-    )
-
-
-def _emit_raw(out: _Emitter, depth: int) -> None:
-    """``raw`` = the next Avro string/bytes payload, ``n`` its length."""
-    out.emit(
-        depth,
-        "n = data[p]",
-        "if n < 128:",
-        "    p += 1",
-        "else:",
-        "    n, p = _varint(data, p)",
-        "if n & 1:",
-        "    raise ValueError('negative length')",
-        "n >>= 1",
-        "e = p + n",
-        "raw = data[p:e]",
-        "p = e",
-    )
-
-
-_LENGTH_CHECKSUM: Final = "crc = _crc(raw, _crc(_u32(n), crc))"
-
-
-def _emit_column(out: _Emitter, depth: int, i: int, col: _Col, avro: dict[str, Any], zone_utc: bool,
-                 checksum: bool, encoder: Any) -> bool:  # fmt: skip
-    """Read column ``i`` into ``v{i}``; False when the type is not one the generator knows."""
-    var = f"v{i}"
-    base = avro.get("type")
-    t = col.tidb_type
-    lines: list[str] = []
-    enc = out.bind(f"_e{i}", encoder)
-    if base in ("int", "long"):
-        _emit_long(out, depth, var)
-        if t == "BIGINT UNSIGNED":
-            lines.append(f"if {var} < 0: {var} += {_U64}")
-        if checksum:
-            lines.append(f"crc = _crc(_q({var} & {0xFFFF_FFFF_FFFF_FFFF}), crc)")
-    elif base in ("float", "double"):
-        size, unpack = (4, "_f32") if base == "float" else (8, "_f64")
-        lines.append(f"{var} = {unpack}(data, p)[0]")
-        if checksum:
-            lines.append(f"crc = _crc(_d({var}) if {var} - {var} == 0.0 else _ZERO8, crc)")
-        lines.append(f"p += {size}")
-    elif base in ("string", "bytes"):
-        _emit_raw(out, depth)
-        logical = avro.get("logicalType")
-        if base == "bytes" and logical == "decimal":
-            scale = out.bind(f"_s{i}", int(avro.get("scale", 0)))
-            lines.append(f"{var} = _unscaled(raw, {scale})")
-            if checksum:
-                lines += ["raw = " + var + ".encode()", "n = len(raw)", _LENGTH_CHECKSUM]
-        elif base == "bytes" and t == "BIT":
-            lines.append(f"{var} = _from_bytes(raw, 'big')")
-            if checksum:
-                lines.append(f"crc = _crc(_q({var}), crc)")
-        elif base == "bytes":
-            if t != "BLOB":
-                return False
-            lines.append(f"{var} = _b64(raw)")
-            if checksum:
-                lines.append(_LENGTH_CHECKSUM)
-        elif t == "BIGINT UNSIGNED":
-            lines += [f"{var} = int(raw)", f"if not 0 <= {var} < {_U64}: raise ValueError('out of range')"]
-            if checksum:
-                lines.append(f"crc = _crc(_q({var}), crc)")
-        elif t == "TIMESTAMP" and zone_utc:
-            lines += [
-                f"{var} = raw.decode()",
-                f"if not {var}.startswith('0000-00-00'): {var} = {var}.replace(' ', 'T', 1) + 'Z'",
-            ]
-            if checksum:
-                lines.append(_LENGTH_CHECKSUM)
-        elif t in ("TEXT", "DECIMAL", "DATE", "DATETIME", "TIME", "JSON"):
-            lines.append(f"{var} = raw.decode()")
-            if checksum:
-                lines.append(_LENGTH_CHECKSUM)
-        elif t in ("ENUM", "SET", "TiDBVECTORFloat32", "TIMESTAMP"):
-            lines.append(f"{var} = raw.decode()")
-            if checksum:
-                lines.append(f"crc = _crc({enc}({var}), crc)")
-            if col.convert is not None:
-                lines.append(f"{var} = {out.bind(f'_c{i}', col.convert)}({var})")
-        else:
-            return False
-    else:
-        return False
-    out.emit(depth, *lines)
-    return True
-
-
-_TAIL_TYPES: Final = {
-    OP_FIELD: "string", COMMIT_TS_FIELD: "long", PHYSICAL_TIME_FIELD: "long", CHECKSUM_FIELD: "string",
-    CORRUPTED_FIELD: "boolean", CHECKSUM_VERSION_FIELD: "int",
-}  # fmt: skip
-_TAIL_VARS: Final = {
-    OP_FIELD: "op", COMMIT_TS_FIELD: "ts", PHYSICAL_TIME_FIELD: "phys", CHECKSUM_FIELD: "expected",
-    CORRUPTED_FIELD: "corrupted", CHECKSUM_VERSION_FIELD: "version",
-}  # fmt: skip
-
-
-def _compile_reader(raw: dict[str, Any], plan: _Plan, encoders: Sequence[Any], zone_utc: bool) -> Any:
-    """A generated reader for this schema, or None when its shape is not one the generator handles."""
-    fields = raw["fields"]
-    ncols = len(plan.cols)
-    checksum = plan.has_checksum
-    out = _Emitter()
-    out.emit(0, "def read(data, _crc=_crc, _q=_q, _u32=_u32, _varint=_varint):", "    p = 5", "    crc = 0")
-    for var in _TAIL_VARS.values():
-        out.emit(1, f"{var} = None")
-    for i, (field, col) in enumerate(zip(fields[:ncols], plan.cols, strict=True)):
-        avro = field["type"]
-        if isinstance(avro, list):
-            if len(avro) != 2 or "null" not in avro:
-                return None
-            null_byte = 2 * avro.index("null")
-            value_byte = 2 - null_byte
-            branch = next(b for b in avro if b != "null")
-            out.emit(
-                1, "u = data[p]", "p += 1", f"if u == {null_byte}:", f"    v{i} = None", f"elif u == {value_byte}:"
-            )
-            if not _emit_column(out, 2, i, col, branch, zone_utc, checksum, encoders[i]):
-                return None
-            out.emit(1, "else:", "    raise ValueError('bad union branch')")
-        elif not _emit_column(out, 1, i, col, avro, zone_utc, checksum, encoders[i]):
-            return None
-    tail_names = {f.get("name") for f in fields[ncols:]}
-    for field in fields[ncols:]:
-        name = field.get("name")
-        if field.get("type") != _TAIL_TYPES.get(name):
-            return None  # _ticdc_before, or a reserved name with another type: the reference path
-        var = _TAIL_VARS[name]
-        if field["type"] == "string":
-            _emit_raw(out, 1)
-            out.emit(1, f"{var} = raw.decode()")
-        elif field["type"] == "boolean":
-            out.emit(1, f"{var} = data[p] != 0", "p += 1")
-        elif name == PHYSICAL_TIME_FIELD and COMMIT_TS_FIELD in tail_names:
-            # always commit_ts >> 18 (the TSO's physical part): skip the bytes instead of decoding them
-            out.emit(1, "p = _varint_end(data, p).end()", "phys = ts >> 18")
-        else:
-            _emit_long(out, 1, var)
-    names = ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(plan.cols))
-    out.emit(
-        1,
-        "if p != len(data):",
-        "    raise ValueError('length')",
-        f"return {{{names}}}, None, op, ts, phys, expected, corrupted, {'crc' if checksum else 'None'}, ''",
-    )
-    out.env.update(
-        _varint=_varint, _crc=zlib.crc32, _u32=struct.Struct("<I").pack, _q=struct.Struct("<Q").pack,
-        _d=struct.Struct("<d").pack, _f32=struct.Struct("<f").unpack_from, _f64=struct.Struct("<d").unpack_from,
-        _ZERO8=bytes(8), _unscaled=V.decimal_from_unscaled, _from_bytes=int.from_bytes, _b64=V.b64,
-        _varint_end=_VARINT_END,
-    )  # fmt: skip
-    namespace = dict(out.env)
-    exec(compile("\n".join(out.lines), f"<ticdc-avro reader {plan.table}>", "exec"), namespace)
-    return namespace["read"]
-
-
 # --- the format ------------------------------------------------------------------------------------
-
-
 # What a record's pair of headers names: the value's plan, the key's, their schema IDs, the columns with
 # the key marked, and the key's column names in order.
-_Pair = tuple[_Plan, _Plan, SchemaId, SchemaId, list[Column], tuple[str, ...]]
+_Pair = tuple[Plan, Plan, SchemaId, SchemaId, list[Column], tuple[str, ...]]
 
 
 class TicdcAvro(Format):
@@ -733,10 +183,10 @@ class TicdcAvro(Format):
         self._reset_caches()
 
     def _reset_caches(self) -> None:
-        self._plans: dict[SchemaId, _Plan] = {}
+        self._plans: dict[SchemaId, Plan] = {}
         self._pairs: dict[bytes, _Pair] = {}
         self._columns: dict[tuple[SchemaId, SchemaId], list[Column]] = {}
-        self._writers: dict[Any, _Writer] = {}
+        self._writers: dict[Any, Writer] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Plans hold compiled closures; executors rebuild them from the (picklable) registry.
@@ -758,7 +208,7 @@ class TicdcAvro(Format):
 
     # --- decoding ----------------------------------------------------------------------------------
 
-    def _plan(self, schema_id: SchemaId) -> _Plan:
+    def _plan(self, schema_id: SchemaId) -> Plan:
         plan = self._plans.get(schema_id)
         if plan is None:
             registry = self.registry
@@ -769,14 +219,16 @@ class TicdcAvro(Format):
                     raise
                 raise DecodeError(f"{exc} (the registry option is not set: give a registry URL or folder)") from None
             try:
-                plan = _Plan(raw, registry.schema(schema_id), self.settings["timestamp-zone"])
+                zone = self.settings["timestamp-zone"]
+                plan = Plan(raw, registry.schema(schema_id), zone)
             except DecodeError as exc:
                 raise DecodeError(f"schema id {schema_id}: {exc}") from None
+            plan.fast = compile_reader(raw, plan, V.zone(zone) is V.UTC)
             self._plans[schema_id] = plan
         return plan
 
     def _key_columns(
-        self, key_id: SchemaId, value_id: SchemaId, key_plan: _Plan, value_plan: _Plan | None
+        self, key_id: SchemaId, value_id: SchemaId, key_plan: Plan, value_plan: Plan | None
     ) -> list[Column]:
         columns = self._columns.get((key_id, value_id))
         if columns is None:
@@ -880,7 +332,7 @@ class TicdcAvro(Format):
         return [event], _TOMBSTONE
 
     @staticmethod
-    def _read(plan: _Plan, data: bytes, schema_id: SchemaId) -> _Read:
+    def _read(plan: Plan, data: bytes, schema_id: SchemaId) -> Read:
         """One record read with its schema: the generated reader when it can, else the reference path."""
         if plan.fast is not None:
             try:
@@ -946,48 +398,14 @@ class TicdcAvro(Format):
 
     # --- encoding ----------------------------------------------------------------------------------
 
-    def _writer(self, event: ChangeEvent) -> _Writer:
+    def _writer(self, event: ChangeEvent) -> Writer:
         columns = tuple(event.columns or ())
         if not columns:
             raise ValueError(f"ticdc-avro: an event of {event.database}.{event.table} has no columns to write")
         cache_key = (event.database, event.table, columns, tuple(event.key or ()))
         writer = self._writers.get(cache_key)
-        if writer is not None:
-            return writer
-        s = self.settings
-        key_names = [c.name for c in columns if c.key] or list(event.key or ())
-        if not key_names:
-            raise ValueError(
-                f"ticdc-avro: {event.database}.{event.table} has no key columns; TiCDC writes Avro only for "
-                "tables with a primary key or a NOT NULL unique key"
-            )
-        by_name = {c.name: c for c in columns}
-        unknown = [n for n in key_names if n not in by_name]
-        if unknown:
-            raise ValueError(f"ticdc-avro: key column(s) {', '.join(unknown)} are not among the event's columns")
-        cols = tuple(_wire_column(c, c.name in key_names, s) for c in columns)
-        key_cols = tuple(_wire_column(by_name[n], True, s) for n in key_names)
-        database, table = event.database or "", event.table or ""
-        namespace = sanitize(s["namespace"]) + ("." + sanitize(database) if database else "")
-        fields: list[dict[str, Any]] = [c.field for c in cols]
-        if s["enable-tidb-extension"]:
-            fields += _EXTENSION_FIELDS
-        checksum = None
-        if s["integrity-check-level"] == "correctness":
-            fields += _CHECKSUM_FIELDS
-            checksum = RowChecksum([c.checksum for c in cols])
-        head = {"type": "record", "name": sanitize(table), "namespace": namespace}
-        key_schema = {**head, "fields": [c.field for c in key_cols]}
-        value_schema = {**head, "fields": fields}
-        topic = s["topic"].replace("{schema}", database).replace("{table}", table)
-        subject = topic.replace(".", "_")
-        registry = self.registry
-        key_id = registry.register(subject + "-key", key_schema)
-        value_id = registry.register(subject + "-value", value_schema)
-        writer = _Writer(
-            topic, key_id, registry.schema(key_id), value_id, registry.schema(value_id), key_cols, cols, checksum
-        )
-        self._writers[cache_key] = writer
+        if writer is None:
+            writer = self._writers[cache_key] = new_writer(event, columns, self.settings, self.registry)
         return writer
 
     def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
@@ -1012,37 +430,14 @@ class TicdcAvro(Format):
             if image is None:
                 raise ValueError(f"ticdc-avro: a {event.op} event of {event.database}.{event.table} has no row image")
             for op, row in changes:
-                key, value, timestamp = self._write(writer, op, row, event)
+                key, value, timestamp = write(writer, op, row, event, self.settings["enable-tidb-extension"])
                 offset = offsets.get(writer.topic, 0)
                 offsets[writer.topic] = offset + 1
                 records.append(Record(key=key, value=value, topic=writer.topic, offset=offset, timestamp=timestamp))
         return records
 
-    def _write(
-        self, writer: _Writer, op: str, row: dict[str, Any], event: ChangeEvent
-    ) -> tuple[bytes, bytes | None, int | None]:
-        key_datum = {c.field["name"]: _wire(c, row.get(c.name)) for c in writer.key_cols}
-        key = write_payload(writer.key_id, writer.key_parsed, key_datum)
-        timestamp = event.ts_ms
-        if op == DELETE:
-            return key, None, timestamp
-        datum = {c.field["name"]: _wire(c, row.get(c.name)) for c in writer.cols}
-        crc = writer.checksum(list(datum.values())) if writer.checksum is not None else 0
-        if self.settings["enable-tidb-extension"]:
-            commit_ts = event.commit_ts or 0
-            datum[OP_FIELD] = "c" if op in (INSERT, READ) else "u"
-            datum[COMMIT_TS_FIELD] = commit_ts
-            datum[PHYSICAL_TIME_FIELD] = commit_ts >> 18
-            if commit_ts:
-                timestamp = commit_ts >> 18
-        if writer.checksum is not None:
-            datum[CHECKSUM_FIELD] = str(crc)
-            datum[CORRUPTED_FIELD] = False
-            datum[CHECKSUM_VERSION_FIELD] = 0
-        return key, write_payload(writer.value_id, writer.value_parsed, datum), timestamp
 
-
-def _read_reference(plan: _Plan, data: bytes, schema_id: SchemaId) -> _Read:
+def _read_reference(plan: Plan, data: bytes, schema_id: SchemaId) -> Read:
     """fastavro with the writer schema, then the checksum over the wire values, then the converters."""
     row = read_payload(plan.parsed, data, schema_id)
     tail = {name: row.pop(name) for name in plan.tail} if plan.tail else {}
@@ -1062,7 +457,7 @@ def _read_reference(plan: _Plan, data: bytes, schema_id: SchemaId) -> _Read:
 
 
 def _fold_match(
-    plan: _Plan, data: bytes, schema_id: SchemaId, expected_text: str | None, row: dict[str, Any]
+    plan: Plan, data: bytes, schema_id: SchemaId, expected_text: str | None, row: dict[str, Any]
 ) -> int | None:
     """The expected checksum when another reading of a TIMESTAMP in a DST fold or gap matches it (see
     :func:`fold_readings`); ``row`` then takes the instants that matched. Only run on a mismatch: it reads
@@ -1102,12 +497,6 @@ def _verdict(
     if problem:
         return Checksum(expected, actual, False), (MISMATCH, problem)
     return Checksum(expected, actual, True), _VERIFIED
-
-
-def _wire(col: _WireCol, value: Any) -> Any:
-    if value is None or col.to_wire is None:
-        return value
-    return col.to_wire(value)
 
 
 def _kafka_position(record: Record) -> str:
