@@ -7,10 +7,14 @@ in the middle of a batch. (A lake on object storage is issue 56's item 1.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,20 +68,32 @@ def _workload(broker, folder: Path, prefix: str, connector: str) -> tuple[object
     return generated, source
 
 
-def _run(cluster: Cluster, log: Path, **env: str) -> subprocess.Popen:
-    """The README's ``cdclake run`` line, in a process group of its own."""
+@contextlib.contextmanager
+def _running(cluster: Cluster, log: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """The README's ``cdclake run`` line, running in a process group of its own; killed if it outlives the block
+    (its driver JVM, in a group of its own, ends with it)."""
     with open(log, "wb") as out:
-        return subprocess.Popen(cluster.script(run_command()), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, env={**cluster.environment(), **env}, process_group=0)
+        run = subprocess.Popen(cluster.script(run_command()), stdin=subprocess.DEVNULL, stdout=out,
+                               stderr=subprocess.STDOUT, env={**cluster.environment(), **env}, process_group=0)
+    try:
+        yield run
+    finally:
+        if run.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+            run.wait(10)
 
 
 def _finish(run: subprocess.Popen, log: Path) -> int:
     try:
         return run.wait(RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        subprocess.run(["kill", "-KILL", f"-{run.pid}"], check=False)
-        run.wait(10)
         raise AssertionError(f"cdclake run took over {RUN_TIMEOUT_S:.0f} s:\n{log.read_text()[-3000:]}") from None
+
+
+def _run_to_the_end(cluster: Cluster, log: Path) -> int:
+    with _running(cluster, log) as run:
+        return _finish(run, log)
 
 
 def _problems(lake: Path, generated) -> list[str]:
@@ -105,7 +121,7 @@ def test_the_readme_commands_run_a_kafka_pipeline_on_the_cluster(cluster, broker
     generated, source = _workload(broker, tmp_path, "cluster", "spark")
     _write_pipeline(cluster, tmp_path / "lake", source, {"spark.jars": ",".join(found)})
     log = tmp_path / "run.log"
-    status = _finish(_run(cluster, log), log)
+    status = _run_to_the_end(cluster, log)
     assert status == 0, log.read_text()[-5000:]
     problems = _problems(tmp_path / "lake", generated)
     assert not problems, "\n".join(problems)
@@ -126,20 +142,19 @@ def test_a_worker_killed_in_the_middle_of_a_batch_loses_no_change_and_repeats_no
     _write_pipeline(cluster, tmp_path / "lake", source, {})
     passed = tmp_path / "points"
     log = tmp_path / "run.log"
-    run = _run(cluster, log, CDCLAKE_FAILPOINT_LOG=str(passed))
-    deadline = time.monotonic() + KILL_TIMEOUT_S
-    while not (passed.is_file() and "before-merge" in passed.read_text()):
-        if run.poll() is not None or time.monotonic() > deadline:
-            run.kill()
-            pytest.fail(f"the run never reached a batch's first merge:\n{log.read_text()[-5000:]}")
-        time.sleep(0.05)
-    assert _ran_tasks(cluster, 0), f"worker 1 ran no task before the batch:\n{cluster.logs()}"
-    cluster.kill_worker(0)
-    assert "before-checkpoint" not in passed.read_text()  # the batch was not done when the worker died
-    status = _finish(run, log)
+    with _running(cluster, log, CDCLAKE_FAILPOINT_LOG=str(passed)) as run:
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while not (passed.is_file() and "before-merge" in passed.read_text()):
+            if run.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the run never reached a batch's first merge:\n{log.read_text()[-5000:]}")
+            time.sleep(0.05)
+        assert _ran_tasks(cluster, 0), f"worker 1 ran no task before the batch:\n{cluster.logs()}"
+        cluster.kill_worker(0)
+        assert "before-checkpoint" not in passed.read_text()  # the batch was not done when the worker died
+        status = _finish(run, log)
     assert "Lost executor" in log.read_text(), log.read_text()[-5000:]  # the driver saw it go
     if status != 0:
         again = tmp_path / "again.log"
-        assert _finish(_run(cluster, again), again) == 0, again.read_text()[-5000:]
+        assert _run_to_the_end(cluster, again) == 0, again.read_text()[-5000:]
     problems = _problems(tmp_path / "lake", generated)
     assert not problems, "\n".join(problems) + "\n" + log.read_text()[-3000:]
