@@ -316,9 +316,12 @@ def get_session(master: str | None = None, remote: str | None = None,
                 conf: Mapping[str, str] | None = None, app_name: str = "cdclake",
                 short_run: bool = False) -> SparkSession:
     """A Spark session. ``remote`` (``sc://host:port``) attaches to Spark Connect; ``master``
-    (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. ``short_run``: the session
-    serves one run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local
-    session starts."""
+    (``spark://…``, ``yarn``, ``local[4]``) to a cluster; neither gives ``local[*]``. On a cluster this process
+    is the driver, and the executors start their Python workers with this interpreter's path
+    (``spark.pyspark.python``), not the launcher of :func:`worker_python`, which lives in this machine's cache:
+    that path must hold cdclake on every worker (README, "On a cluster"). ``short_run``: the session serves one
+    run that stops once caught up (see ``SHORT_RUN_JAVA_OPTIONS``); it matters only where a new local session
+    starts."""
     python = worker_python() if _on_this_machine(master, remote) else sys.executable
     remote = served_here(remote) if remote else remote
     _python_for_spark(python)
