@@ -25,7 +25,7 @@ import msgspec
 from cdclake.formats.avro import registry as confluent
 from cdclake.formats.avro.registry import read_varint as _varint
 from cdclake.formats.base import DecodeError, Option
-from cdclake.formats.debezium.common import (
+from cdclake.formats.debezium.converters import (
     CONNECT_DATE,
     CONNECT_TIME,
     CONNECT_TIMESTAMP,

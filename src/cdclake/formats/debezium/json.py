@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from cdclake.formats.base import DecodeError, Option, struct_name_ok
-from cdclake.formats.debezium.common import (
+from cdclake.formats.debezium.converters import (
     DECIMAL,
     DebeziumFormat,
     EnvelopeWriter,
