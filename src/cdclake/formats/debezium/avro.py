@@ -25,24 +25,19 @@ import msgspec
 from cdclake.formats.avro import registry as confluent
 from cdclake.formats.avro.registry import read_varint as _varint
 from cdclake.formats.base import DecodeError, Option
-from cdclake.formats.debezium.converters import (
+from cdclake.formats.debezium.converters import RowShape, Wire
+from cdclake.formats.debezium.encoder import EnvelopeWriter, TableSchema
+from cdclake.formats.debezium.envelope import Source, envelope_events, key_names_of, schema_change_events
+from cdclake.formats.debezium.options import DebeziumFormat
+from cdclake.formats.debezium.schema import (
     CONNECT_DATE,
     CONNECT_TIME,
     CONNECT_TIMESTAMP,
     DECIMAL,
     MICRO_TIME,
     MICRO_TIMESTAMP,
-    DebeziumFormat,
-    EnvelopeWriter,
     FieldSpec,
-    RowShape,
-    Source,
-    TableSchema,
-    Wire,
-    envelope_events,
     envelope_rows,
-    key_names_of,
-    schema_change_events,
     structured,
 )
 from cdclake.formats.ticdc.avro import sanitize

@@ -1,37 +1,10 @@
-"""What Debezium means, written once for every converter: the envelope's semantics and the Kafka Connect
-semantic types, shared by ``debezium-json`` and ``debezium-avro``.
+"""Wire values → canonical values: a converter per column (temporal types, Decimal, VariableScaleDecimal,
+Bits, geometry, vectors, nested arrays/maps/structs) and :class:`RowShape`, a row struct compiled once.
 
-A converter module only turns bytes into *wire values* (Kafka Connect's logical values: ints, floats,
-strings, bytes — base64 text in JSON —, dicts for structs) and a :class:`FieldSpec` tree describing them;
-everything after that lives here:
-
-* :class:`RowShape` — one row struct compiled once per schema: column names (the original names from
-  ``__debezium.source.column.name`` where Avro had to sanitise them), MySQL type text, and a converter per
-  column that turns a wire value into its canonical value (:mod:`cdclake.model.values`).
-* :func:`envelope_events` — ``before``/``after``/``source``/``op`` → canonical change events.
-* :class:`EnvelopeWriter` — the way back, for encoders: canonical events → keys, envelopes, tombstones and
-  primary-key-change record triples, with schemas built from the events' column types.
-
-**Column types.** ``__debezium.source.column.type``/``length``/``scale`` (``column.propagate.source.type``)
-are exact and win whenever they agree with the wire type; otherwise the type follows the Connect schema
-(``int16`` → ``smallint``, ``io.debezium.time.MicroTimestamp`` → ``datetime(6)``, ``Decimal`` →
-``decimal(p,s)``, ``Bits`` → ``bit(n)``, ``Enum`` → ``enum('a',…)``, …). Real Debezium writes MySQL TINYINT
-as ``int16`` (both corpus captures), so without source types a TINYINT reports as ``smallint``. The structs of
-``time.precision.mode=structured`` are read by their fields' names, since Debezium 3.x versions differ in them
-(``nanos`` or ``picoseconds``); their precision comes from the schema (a parameter, or a ``Precision<n>`` name).
-
-**Ordering.** ``commit_ts`` is ``source.ts_ms`` (epoch ms: ``ts_us``/``ts_ns`` add no order MySQL has, so ms
-is kept), except for rows of a blocking snapshot (``source.snapshot`` true/first/last/…, or a legacy
-boolean ``true``): those are consistent as of the log position where the snapshot began, which precedes
-every change streamed afterwards, while their ``source.ts_ms`` is the (later) time each row was *read*. They
-get ``commit_ts`` 0 so that a change streamed while a long snapshot ran is never ordered before the stale
-snapshot row. Incremental-snapshot rows keep ``source.ts_ms``. ``position`` is
-``pad_position(file, pos, row)`` for MySQL binlogs and ``pad_position(lsn)`` for PostgreSQL (per key, change
-LSN order is commit order because writers of one row serialise on its lock); other connectors have none.
-
-**Identity.** ``database`` is ``source.schema`` where the connector has one (PostgreSQL, SQL Server: the
-namespace that holds the table; ``source.db`` is then the connector-wide database), else ``source.db``;
-``table`` is ``source.table``. Topic and Avro record names are never used, as they may be sanitised.
+A converter module (``debezium-json``, ``debezium-avro``) only turns bytes into *wire values* (Kafka Connect's
+logical values: ints, floats, strings, bytes — base64 text in JSON —, dicts for structs) and a
+:class:`~cdclake.formats.debezium.schema.FieldSpec` tree describing them; the values become canonical
+(:mod:`cdclake.model.values`) here.
 """
 
 from __future__ import annotations
@@ -41,379 +14,61 @@ import datetime as dt
 import math
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, ClassVar, Final, NamedTuple
+from typing import Any, Final
 
 import msgspec
 
-from cdclake.formats.base import DecodeError, Format, Option, reason
+from cdclake.formats.base import DecodeError, reason
+from cdclake.formats.debezium.schema import (
+    BITS,
+    CONNECT_DATE,
+    CONNECT_TIME,
+    CONNECT_TIMESTAMP,
+    DATE,
+    DECIMAL,
+    DOUBLE_VECTOR,
+    FLOAT_VECTOR,
+    GEOGRAPHY,
+    GEOMETRY,
+    ISO_DATE,
+    ISO_TIME,
+    ISO_TIMESTAMP,
+    MICRO_TIME,
+    MICRO_TIMESTAMP,
+    NANO_TIME,
+    NANO_TIMESTAMP,
+    POINT,
+    STRUCTURED_DATE,
+    STRUCTURED_DURATION,
+    STRUCTURED_TIMESTAMP,
+    STRUCTURED_ZONED_TIME,
+    STRUCTURED_ZONED_TIMESTAMP,
+    TEMPORAL,
+    TIME,
+    TIMESTAMP,
+    VARIABLE_DECIMAL,
+    ZONED_TIME,
+    ZONED_TIMESTAMP,
+    FieldSpec,
+    Structured,
+    column_name,
+    column_type,
+    structured,
+    wire_type_text,
+)
 from cdclake.model import types as T
 from cdclake.model import values as V
 from cdclake.model.events import (
-    DDL,
-    DELETE,
-    INSERT,
-    READ,
-    ROW,
-    TRUNCATE,
     UNKNOWN_TYPE,
-    UPDATE,
-    ChangeEvent,
     Column,
     Row,
-    pad_position,
 )
-from cdclake.model.types import SqlType, parse_type, type_text
+from cdclake.model.types import SqlType, parse_type
 
 Conv = Callable[[Any], Any]
 
-# Kafka Connect / Debezium semantic type names.
-DATE: Final = "io.debezium.time.Date"
-TIME: Final = "io.debezium.time.Time"
-MICRO_TIME: Final = "io.debezium.time.MicroTime"
-NANO_TIME: Final = "io.debezium.time.NanoTime"
-TIMESTAMP: Final = "io.debezium.time.Timestamp"
-MICRO_TIMESTAMP: Final = "io.debezium.time.MicroTimestamp"
-NANO_TIMESTAMP: Final = "io.debezium.time.NanoTimestamp"
-ZONED_TIMESTAMP: Final = "io.debezium.time.ZonedTimestamp"
-ZONED_TIME: Final = "io.debezium.time.ZonedTime"
-ISO_DATE: Final = "io.debezium.time.IsoDate"
-ISO_TIME: Final = "io.debezium.time.IsoTime"
-ISO_TIMESTAMP: Final = "io.debezium.time.IsoTimestamp"
-YEAR: Final = "io.debezium.time.Year"
-CONNECT_DATE: Final = "org.apache.kafka.connect.data.Date"
-CONNECT_TIME: Final = "org.apache.kafka.connect.data.Time"
-CONNECT_TIMESTAMP: Final = "org.apache.kafka.connect.data.Timestamp"
-DECIMAL: Final = "org.apache.kafka.connect.data.Decimal"
-VARIABLE_DECIMAL: Final = "io.debezium.data.VariableScaleDecimal"
-BITS: Final = "io.debezium.data.Bits"
-JSON: Final = "io.debezium.data.Json"
-ENUM: Final = "io.debezium.data.Enum"
-ENUM_SET: Final = "io.debezium.data.EnumSet"
-UUID: Final = "io.debezium.data.Uuid"
-XML: Final = "io.debezium.data.Xml"
-GEOMETRY: Final = "io.debezium.data.geometry.Geometry"
-GEOGRAPHY: Final = "io.debezium.data.geometry.Geography"
-POINT: Final = "io.debezium.data.geometry.Point"
-FLOAT_VECTOR: Final = "io.debezium.data.FloatVector"
-DOUBLE_VECTOR: Final = "io.debezium.data.DoubleVector"
-# time.precision.mode=structured (Debezium 3.x): temporal values as structs of their calendar and clock parts. Debezium
-# may add "Precision<n>" (the fraction digits) and "SourceColumn<hex of the column name>" (which keeps the Avro
-# records of two columns apart) to these names.
-STRUCTURED_DATE: Final = "io.debezium.time.StructuredDate"
-STRUCTURED_TIME: Final = "io.debezium.time.StructuredTime"
-STRUCTURED_ZONED_TIME: Final = "io.debezium.time.StructuredZonedTime"
-STRUCTURED_TIMESTAMP: Final = "io.debezium.time.StructuredTimestamp"
-STRUCTURED_ZONED_TIMESTAMP: Final = "io.debezium.time.StructuredZonedTimestamp"
-STRUCTURED_DURATION: Final = "io.debezium.time.StructuredDuration"
-STRUCTURED_PRECISION: Final = "io.debezium.time.precision"
-DURATION_KIND: Final = "io.debezium.time.duration.kind"
-
-SOURCE_TYPE: Final = "__debezium.source.column.type"
-SOURCE_LENGTH: Final = "__debezium.source.column.length"
-SOURCE_SCALE: Final = "__debezium.source.column.scale"
-SOURCE_NAME: Final = "__debezium.source.column.name"
-
-NEW_KEY_HEADER: Final = "__debezium.newkey"
-OLD_KEY_HEADER: Final = "__debezium.oldkey"
-
-CONNECT_TYPES: Final = frozenset(("int8", "int16", "int32", "int64", "float", "double", "boolean", "string",
-                                  "bytes", "struct", "array", "map"))
-
-# Type text for a wire type when the message states no source type.
-_SEMANTIC_TYPE_TEXT: Final = {
-    DATE: "date", CONNECT_DATE: "date", ISO_DATE: "date",
-    TIME: "time", MICRO_TIME: "time", NANO_TIME: "time", CONNECT_TIME: "time", ZONED_TIME: "time",
-    ISO_TIME: "time",
-    TIMESTAMP: "datetime", CONNECT_TIMESTAMP: "datetime", ISO_TIMESTAMP: "datetime",
-    MICRO_TIMESTAMP: "datetime(6)", NANO_TIMESTAMP: "datetime(6)",
-    ZONED_TIMESTAMP: "timestamp", YEAR: "year", JSON: "json", UUID: "uuid", XML: "xml",
-    VARIABLE_DECIMAL: "decimal", GEOMETRY: "geometry", GEOGRAPHY: "geometry", POINT: "point",
-    FLOAT_VECTOR: "vector", DOUBLE_VECTOR: "vector",
-}
-_LITERAL_TYPE_TEXT: Final = {
-    "int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint", "float": "float",
-    "double": "double", "boolean": "boolean", "string": "text", "bytes": "blob", "struct": "json",
-    "array": "json", "map": "json",
-}
-# Source-type families a wire family can carry (what Debezium's converters produce), beyond its own.
-_COMPATIBLE: Final = {
-    T.INTEGER: {T.YEAR},
-    T.FLOAT: {T.DOUBLE, T.DECIMAL},
-    T.DOUBLE: {T.FLOAT, T.DECIMAL},
-    T.DECIMAL: {T.INTEGER},
-    T.BOOLEAN: {T.BIT, T.INTEGER},
-    T.TEXT: {T.DECIMAL, T.BINARY, T.JSON, T.ENUM, T.SET},
-}
-_TEMPORAL: Final = (T.DATETIME, T.TIMESTAMP, T.TIME)
-_BLOCKING_SNAPSHOT: Final = frozenset(("true", "first", "first_in_data_collection", "last_in_data_collection",
-                                       "last"))
-
-
-# ---------------------------------------------------------------------------------------------- options
-
-OPTIONS: Final = (
-    Option("decimal-handling-mode", "precise",
-           "How the producer writes DECIMAL (decoding with a schema reads every mode; encoding and "
-           "debezium-json's column-types use this one)",
-           ("precise", "double", "string")),
-    Option("bigint-unsigned-handling-mode", "long",
-           "BIGINT UNSIGNED as wrapped int64 or as Decimal (decoding with a schema reads both; encoding and "
-           "debezium-json's column-types use this one)",
-           ("long", "precise")),
-    Option("binary-handling-mode", "bytes",
-           "How the producer writes BINARY/BLOB: bytes, or a string in base64, base64-url-safe or hex",
-           ("bytes", "base64", "base64-url-safe", "hex")),
-    Option("time-precision-mode", "adaptive_time_microseconds",
-           "Temporal types the producer writes (decoding with a schema reads every mode; encoding and "
-           "debezium-json's column-types use this one)",
-           ("adaptive_time_microseconds", "connect", "structured")),
-    Option("tombstones-on-delete", True, "Encoder: write a tombstone (null value) after each delete"),
-    Option("propagate-source-type", True,
-           "Encoder: add __debezium.source.column.* schema parameters, which make a round trip exact"),
-    Option("topic-prefix", "cdclake", "Encoder: topic.prefix; records go to <prefix>.<database>.<table>"),
-)
-
-
-class DebeziumFormat(Format):
-    """Base of the Debezium converters: the shared options, and caches that are rebuilt lazily after
-    pickling (Spark ships formats to executors; compiled schemas hold dynamically made classes)."""
-
-    options: ClassVar[tuple[Option, ...]] = OPTIONS
-    CACHE_LIMIT: ClassVar[int] = 512
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._caches: dict[str, dict[Any, Any]] = {}
-
-    def cache(self, name: str) -> dict[Any, Any]:
-        table = self._caches.get(name)
-        if table is None:
-            table = self._caches[name] = {}
-        elif len(table) >= self.CACHE_LIMIT:
-            table.clear()  # a stream of ever-new schemas must not grow memory without bound
-        return table
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_caches"] = {}
-        return state
-
-
-# ------------------------------------------------------------------------------------- the source block
-
-class Source(msgspec.Struct, gc=False):
-    """The ``source`` fields cdclake uses, for every connector; others are ignored."""
-
-    db: str | None = None
-    schema: str | None = None
-    table: str | None = None
-    ts_ms: int | None = None
-    snapshot: str | bool | None = None
-    file: str | None = None
-    pos: int | None = None
-    row: int | None = None
-    lsn: int | str | None = None
-
-
-def database_of(source: Source) -> str | None:
-    return source.schema if source.schema else source.db
-
-
-def position_of(source: Source) -> str | None:
-    if source.file is not None and source.pos is not None:
-        # pad_position(file, pos, row), spelled out: this runs once per event
-        return f"{source.file}/{source.pos:020d}/{source.row or 0:020d}"
-    if source.lsn is not None:
-        return pad_position(source.lsn if isinstance(source.lsn, int) else str(source.lsn))
-    return None
-
-
-def snapshot_kind(source: Source) -> str | None:
-    """``"blocking"``, ``"incremental"`` or None (streaming) from the string enum or a legacy boolean."""
-    flag = source.snapshot
-    if flag is None or flag is False:
-        return None
-    if flag is True:
-        return "blocking"
-    text = flag.lower()
-    if text in _BLOCKING_SNAPSHOT:
-        return "blocking"
-    return "incremental" if text == "incremental" else None
-
-
-# ------------------------------------------------------------------------------------------ field specs
-
-class FieldSpec(msgspec.Struct, frozen=True):
-    """One Kafka Connect schema, as both converters describe it: the literal type, the semantic name,
-    the parameters (all strings), and nested fields/items."""
-
-    name: str
-    type: str
-    semantic: str | None = None
-    params: tuple[tuple[str, str], ...] = ()
-    optional: bool = True
-    fields: tuple[FieldSpec, ...] = ()
-    items: FieldSpec | None = None
-
-    def param(self, name: str, default: str | None = None) -> str | None:
-        for key, value in self.params:
-            if key == name:
-                return value
-        return default
-
-    def field(self, name: str) -> FieldSpec | None:
-        for spec in self.fields:
-            if spec.name == name:
-                return spec
-        return None
-
-
-def connect_spec(schema: Any, name: str = "") -> FieldSpec:
-    """A :class:`FieldSpec` from the JSON converter's schema object."""
-    if not isinstance(schema, dict):
-        raise DecodeError(f"schema of field {name or '<root>'!r} is not an object")
-    kind = schema.get("type")
-    field_name = schema.get("field", name)
-    if not isinstance(kind, str) or kind not in CONNECT_TYPES:
-        raise DecodeError(f"field {field_name or '<root>'!r} has unknown Connect type {kind!r}")
-    params = schema.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise DecodeError(f"field {field_name!r}: parameters is not an object")
-    fields: tuple[FieldSpec, ...] = ()
-    items = None
-    if kind == "struct":
-        members = schema.get("fields")
-        if not isinstance(members, list):
-            raise DecodeError(f"struct {field_name or '<root>'!r} has no fields list")
-        fields = tuple(connect_spec(member) for member in members)
-        if len({f.name for f in fields}) != len(fields):
-            raise DecodeError(f"struct {field_name or '<root>'!r} names a field twice")
-    elif kind == "array":
-        items = connect_spec(schema.get("items"), f"{field_name}[]")
-    elif kind == "map":
-        items = connect_spec(schema.get("values"), f"{field_name}{{}}")
-    semantic = schema.get("name")
-    return FieldSpec(str(field_name), kind, semantic if isinstance(semantic, str) else None,
-                     tuple((str(k), str(v)) for k, v in params.items()), bool(schema.get("optional", False)),
-                     fields, items)
-
-
-def envelope_rows(envelope: FieldSpec) -> tuple[FieldSpec | None, FieldSpec | None]:
-    """The ``before`` and ``after`` row structs of an envelope schema (None where absent); the same object
-    twice when both describe the same row, as they always do in Debezium, so that it is compiled once."""
-    before, after = envelope.field("before"), envelope.field("after")
-    before = before if before is not None and before.type == "struct" else None
-    after = after if after is not None and after.type == "struct" else None
-    if before is not None and after is not None and before.fields == after.fields:
-        after = before
-    return before, after
-
-
-# ------------------------------------------------------------------------------------------ column types
-
-def column_name(spec: FieldSpec) -> str:
-    return spec.param(SOURCE_NAME) or spec.name
-
-
-def _labels(spec: FieldSpec) -> tuple[str, ...]:
-    allowed = spec.param("allowed")
-    return tuple(allowed.split(",")) if allowed else ()
-
-
-class Structured(NamedTuple):
-    """A ``time.precision.mode=structured`` schema: its base name and the fraction digits it states."""
-
-    name: str
-    precision: int | None
-
-
-_STRUCTURED_NAME: Final = re.compile(r"(io\.debezium\.time\.Structured(?:Date|Time|ZonedTime|Timestamp|ZonedTimestamp|"
-                                     r"Duration))(?:Precision(\d+))?(?:SourceColumn[0-9a-fA-F]*)?")
-
-
-def _count(text: str | None) -> int | None:
-    """A schema parameter that should be a small whole number (a length, a precision), or None."""
-    return int(text) if text and text.isascii() and text.isdigit() and len(text) <= 18 else None
-
-
-def structured(spec: FieldSpec) -> Structured | None:
-    if spec.type != "struct" or spec.semantic is None or (match := _STRUCTURED_NAME.fullmatch(spec.semantic)) is None:
-        return None
-    name, digits = match.groups()
-    if name == STRUCTURED_DURATION and spec.param(DURATION_KIND, "elapsed-time") != "elapsed-time":
-        return None  # a duration of calendar parts (PostgreSQL INTERVAL) is no TIME: its parts stay JSON text
-    stated = spec.param(STRUCTURED_PRECISION) or digits
-    return Structured(name, _count(stated))
-
-
-_STRUCTURED_TYPE_TEXT: Final = {
-    STRUCTURED_DATE: "date", STRUCTURED_TIMESTAMP: "datetime", STRUCTURED_ZONED_TIMESTAMP: "timestamp",
-    STRUCTURED_TIME: "time", STRUCTURED_ZONED_TIME: "time", STRUCTURED_DURATION: "time",
-}
-
-
-def wire_type_text(spec: FieldSpec) -> str:
-    """The MySQL type text the Connect schema alone implies."""
-    if (parts := structured(spec)) is not None:
-        base = _STRUCTURED_TYPE_TEXT[parts.name]
-        # Like MicroTimestamp, six digits where the schema does not say: all that the lake holds.
-        digits = 6 if parts.precision is None else min(6, parts.precision)
-        return base if parts.name == STRUCTURED_DATE else f"{base}({digits})"
-    semantic = spec.semantic
-    if semantic == DECIMAL:
-        return f"decimal({spec.param('connect.decimal.precision', '65')},{spec.param('scale', '0')})"
-    if semantic == BITS:
-        return f"bit({spec.param('length', '1')})"
-    if semantic in (ENUM, ENUM_SET):
-        family = T.ENUM if semantic == ENUM else T.SET
-        return type_text(SqlType(family, family, members=_labels(spec)))
-    text = _SEMANTIC_TYPE_TEXT.get(semantic or "")
-    return text or _LITERAL_TYPE_TEXT[spec.type]
-
-
-def source_type_text(spec: FieldSpec) -> str | None:
-    """The column's type as ``column.propagate.source.type`` states it, or None."""
-    declared = spec.param(SOURCE_TYPE)
-    if not declared:
-        return None
-    words = declared.lower().split()
-    modifiers = [w for w in words if w in ("unsigned", "signed", "zerofill")]
-    base = " ".join(w for w in words if w not in modifiers)
-    if base in ("enum", "set"):
-        return type_text(SqlType(base, base, members=_labels(spec))) if spec.param("allowed") is not None else None
-    length, scale = spec.param(SOURCE_LENGTH), spec.param(SOURCE_SCALE)
-    if parse_type(base).family in _TEMPORAL and (_count(length) or 0) > 6:
-        # Some connectors (PostgreSQL) give temporal columns their display size as length, fsp as scale.
-        length, scale = (scale if (_count(scale) or 7) <= 6 else None), None
-    args = ""
-    if length is not None:
-        args = f"({length})" if scale is None else f"({length},{scale})"
-    return base + args + "".join(" " + m for m in modifiers)
-
-
-def column_type(spec: FieldSpec) -> tuple[str, SqlType]:
-    """Type text and parsed type of a column: the source type where it is stated and agrees with what
-    the wire carries, else the wire type."""
-    wire_text = wire_type_text(spec)
-    wire = parse_type(wire_text)
-    declared = source_type_text(spec)
-    if declared is not None:
-        t = parse_type(declared)
-        if t.family == T.BOOLEAN and wire.family == T.INTEGER:
-            # MySQL BOOLEAN is TINYINT(1); learned from a snapshot it arrives as a number, and may hold 2.
-            return "tinyint(1)", parse_type("tinyint(1)")
-        compatible = t.family == wire.family or t.family in _COMPATIBLE.get(wire.family, ())
-        if t.family == T.DECIMAL and (t.length is None or not 0 < t.length <= 65
-                                      or (spec.semantic == DECIMAL and str(t.scale or 0) != spec.param("scale", "0"))):
-            compatible = False
-        if compatible:
-            return declared, t
-    return wire_text, wire
-
-
-# ------------------------------------------------------------------------------------- value converters
 
 class Wire(msgspec.Struct, frozen=True):
     """How a converter puts wire values into Python: JSON gives bytes as base64 text, Avro as bytes."""
@@ -557,7 +212,7 @@ _json_text = msgspec.json.Encoder(decimal_format="number")
 _FRACTION = re.compile(r"\.(\d+)")
 
 
-def _json_value(value: Any) -> str:
+def json_value(value: Any) -> str:
     return _json_text.encode(value).decode("utf-8")
 
 
@@ -576,7 +231,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
     type ``t``; None where the wire value already is canonical."""
     to_bytes: Conv = V.unb64 if wire.base64_bytes else bytes
     semantic = spec.semantic
-    fsp = (t.length if t.length is not None and t.length <= 6 else None) if t.family in _TEMPORAL else None
+    fsp = (t.length if t.length is not None and t.length <= 6 else None) if t.family in TEMPORAL else None
 
     if (parts := structured(spec)) is not None:
         return _structured_converter(parts, fsp)
@@ -651,7 +306,7 @@ def converter(spec: FieldSpec, t: SqlType, wire: Wire) -> Conv | None:
         return None if wire.base64_bytes else V.b64
     if kind in ("struct", "array", "map"):
         nested = _nested(spec, wire)
-        return _json_value if nested is None else lambda v: _json_value(nested(v))
+        return json_value if nested is None else lambda v: json_value(nested(v))
     return None
 
 
@@ -712,8 +367,6 @@ def _decimal_converter(scale: int, t: SqlType, to_bytes: Conv) -> Conv:
     return decimal
 
 
-# ----------------------------------------------------------------------------------------------- rows
-
 class RowShape:
     """A row struct compiled once: output names, columns, and the converters of the columns that need one.
     ``convert`` takes the wire values in field order and returns the canonical row."""
@@ -748,7 +401,7 @@ class RowShape:
                 try:
                     values[index] = conv(value)
                 except Exception as exc:
-                    raise DecodeError(f"column {self.names[index]!r}: bad value {_show(value)}: "
+                    raise DecodeError(f"column {self.names[index]!r}: bad value {shown(value)}: "
                                       f"{reason(exc)}") from exc
         return dict(zip(self.names, values, strict=True))
 
@@ -760,7 +413,7 @@ class RowShape:
             try:
                 key[name] = value if value is None or conv is None else conv(value)
             except Exception as exc:
-                raise DecodeError(f"key column {name!r}: bad value {_show(value)}: {reason(exc)}") from exc
+                raise DecodeError(f"key column {name!r}: bad value {shown(value)}: {reason(exc)}") from exc
         return key
 
     def columns(self, key_names: tuple[str, ...]) -> list[Column]:
@@ -774,7 +427,7 @@ class RowShape:
         return columns
 
 
-def _show(value: Any) -> str:
+def shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -793,461 +446,3 @@ def schemaless_columns(row: Row, key_names: tuple[str, ...]) -> list[Column]:
             _schemaless_columns.clear()
         _schemaless_columns[(names, key_names)] = cached
     return cached
-
-
-# ----------------------------------------------------------------------------------------------- events
-
-def envelope_events(op: str | None, before: Row | None, after: Row | None, source: Source | None,
-                    key: Row | None, columns: list[Column] | None) -> list[ChangeEvent]:
-    """The canonical events of one change envelope; ``[]`` for ``op`` m (a logical-decoding message)."""
-    if op is None:
-        raise DecodeError("the value has no op: not a Debezium change event")
-    if op == "m":
-        return []
-    if source is None:
-        raise DecodeError("the value has no source block")
-    if source.table is None:
-        raise DecodeError("source.table is missing: the changed table is unknown")
-    database = database_of(source)
-    position = position_of(source)
-    ts_ms = source.ts_ms
-    if op == "t":
-        return [ChangeEvent(kind=TRUNCATE, database=database, table=source.table, commit_ts=ts_ms,
-                            position=position, ts_ms=ts_ms)]
-    commit_ts = ts_ms
-    if op in ("c", "r"):
-        if after is None:
-            raise DecodeError(f"op {op} without an after image")
-        snapshot = snapshot_kind(source)
-        if snapshot is not None or op == "r":
-            op = READ
-            if snapshot != "incremental":
-                commit_ts = 0
-        before = None
-    elif op == "u":
-        if after is None:
-            raise DecodeError("op u without an after image")
-    elif op == "d":
-        if before is None and key is None:
-            raise DecodeError("op d with neither a before image nor a Kafka key: the deleted row is unknown")
-        after = None
-    else:
-        raise DecodeError(f"unknown op {op!r} (expected c, u, d, r, t or m)")
-    return [ChangeEvent(kind=ROW, op=op, database=database, table=source.table, key=key, before=before,
-                        after=after, columns=columns, commit_ts=commit_ts, position=position, ts_ms=ts_ms)]
-
-
-def schema_change_events(ddl: str, database: str | None, source: Source | None) -> list[ChangeEvent]:
-    """A value of the schema change topic (``include.schema.changes``) as a DDL event."""
-    source = source or Source()
-    return [ChangeEvent(kind=DDL, database=database or database_of(source), table=source.table, ddl=ddl,
-                        commit_ts=source.ts_ms, position=position_of(source), ts_ms=source.ts_ms)]
-
-
-def key_names_of(key: Row | None) -> tuple[str, ...]:
-    return tuple(key) if key else ()
-
-
-# =============================================================================================== encoding
-
-_BINLOG_POSITION: Final = 3
-_ENVELOPE_VERSION: Final = "2.5.0.Final"
-
-
-class Planned(NamedTuple):
-    """One record an encoder writes: the converter turns ``key`` and ``value`` (wire values, bytes as
-    bytes) into bytes with the schemas of ``table``; ``value`` None is a tombstone."""
-
-    table: TableSchema
-    key: dict[str, Any] | None
-    value: dict[str, Any] | None
-    headers: list[tuple[str, dict[str, Any]]]
-    timestamp: int
-
-
-class ColumnWriter(NamedTuple):
-    column: Column
-    spec: FieldSpec
-    to_wire: Conv | None
-
-
-SOURCE_SPEC: Final = FieldSpec("source", "struct", "io.debezium.connector.mysql.Source", optional=False, fields=(
-    FieldSpec("version", "string", optional=False),
-    FieldSpec("connector", "string", optional=False),
-    FieldSpec("name", "string", optional=False),
-    FieldSpec("ts_ms", "int64", optional=False),
-    FieldSpec("snapshot", "string", ENUM, (("allowed", "true,last,false,incremental"),), optional=True),
-    FieldSpec("db", "string", optional=False),
-    FieldSpec("sequence", "string"),
-    FieldSpec("table", "string"),
-    FieldSpec("server_id", "int64", optional=False),
-    FieldSpec("gtid", "string"),
-    FieldSpec("file", "string", optional=False),
-    FieldSpec("pos", "int64", optional=False),
-    FieldSpec("row", "int32", optional=False),
-    FieldSpec("thread", "int64"),
-    FieldSpec("query", "string"),
-))
-TRANSACTION_SPEC: Final = FieldSpec("transaction", "struct", "event.block", fields=(
-    FieldSpec("id", "string", optional=False),
-    FieldSpec("total_order", "int64", optional=False),
-    FieldSpec("data_collection_order", "int64", optional=False),
-))
-
-
-class TableSchema:
-    """The Connect schemas of one table's records (key struct, envelope) and its column writers.
-    ``field_name`` maps a column name to its field name (Avro must sanitise; JSON keeps it)."""
-
-    __slots__ = ("database", "envelope", "key", "key_writers", "serialized", "table", "topic", "writers")
-
-    def __init__(self, database: str, table: str, columns: list[Column], settings: Mapping[str, Any],
-                 field_name: Callable[[str], str]) -> None:
-        self.database, self.table = database, table
-        self.topic = f"{settings['topic-prefix']}.{database}.{table}"
-        self.writers = [column_writer(c, settings, field_name(c.name)) for c in columns]
-        self.key_writers = [w for w in self.writers if w.column.key]
-        row = FieldSpec("", "struct", f"{self.topic}.Value", fields=tuple(w.spec for w in self.writers))
-        self.key = (FieldSpec("", "struct", f"{self.topic}.Key", optional=False,
-                              fields=tuple(msgspec.structs.replace(w.spec, optional=False) for w in self.key_writers))
-                    if self.key_writers else None)
-        self.envelope = FieldSpec("", "struct", f"{self.topic}.Envelope", optional=False, fields=(
-            msgspec.structs.replace(row, name="before"), msgspec.structs.replace(row, name="after"), SOURCE_SPEC,
-            FieldSpec("op", "string", optional=False), FieldSpec("ts_ms", "int64"), TRANSACTION_SPEC))
-        #: Whatever the converter derives once from these schemas (serialised schema, registry ids).
-        self.serialized: Any = None
-
-    def wire_row(self, row: Row | None) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        return {writer.spec.name: self._wire(writer, row.get(writer.column.name)) for writer in self.writers}
-
-    def wire_key(self, row: Row) -> dict[str, Any] | None:
-        if not self.key_writers:
-            return None
-        return {writer.spec.name: self._wire(writer, row.get(writer.column.name)) for writer in self.key_writers}
-
-    @staticmethod
-    def _wire(writer: ColumnWriter, value: Any) -> Any:
-        if value is None or writer.to_wire is None:
-            return value
-        try:
-            return writer.to_wire(value)
-        except Exception as exc:
-            raise ValueError(f"column {writer.column.name!r} ({writer.column.type}): cannot encode "
-                             f"{_show(value)}: {reason(exc)}") from exc
-
-
-def _source_params(t: SqlType, column: Column) -> tuple[tuple[str, str], ...]:
-    if t.family == T.UNKNOWN:
-        return ((SOURCE_NAME, column.name),)
-    declared = t.name.upper() + (" UNSIGNED" if t.unsigned else "")
-    params = [(SOURCE_TYPE, declared)]
-    if t.length is not None and t.family not in (T.ENUM, T.SET):
-        params.append((SOURCE_LENGTH, str(t.length)))
-        if t.scale is not None:
-            params.append((SOURCE_SCALE, str(t.scale)))
-    params.append((SOURCE_NAME, column.name))
-    return tuple(params)
-
-
-_INT_WIRE: Final = {8: "int16", 16: "int16", 24: "int32", 32: "int32", 64: "int64"}
-_UNSIGNED_INT_WIRE: Final = {8: "int16", 16: "int32", 24: "int32", 32: "int64", 64: "int64"}
-_TWO_64: Final = 1 << 64
-_TWO_63: Final = 1 << 63
-
-
-def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) -> ColumnWriter:
-    """How one column is written: its Connect schema and canonical value → wire value, as the MySQL
-    connector does with the given handling modes."""
-    t = parse_type(column.type)
-    family = t.family
-    nullable = column.nullable is not False
-    adaptive = settings["time-precision-mode"] != "connect"
-    structured_mode = settings["time-precision-mode"] == "structured"
-    params: tuple[tuple[str, str], ...] = ()
-    fields: tuple[FieldSpec, ...] = ()
-    semantic: str | None = None
-    to_wire: Conv | None = None
-    kind = "string"
-
-    def zero_date(convert: Conv, zero: Any) -> Conv:
-        # MySQL zero dates: Debezium writes null for a nullable column, the epoch otherwise.
-        return lambda v: (None if nullable else zero) if V.is_zero_date(v) else convert(v)
-
-    if family == T.INTEGER:
-        bits = t.bits or 64
-        kind = (_UNSIGNED_INT_WIRE if t.unsigned else _INT_WIRE).get(bits, "int64")
-        if t.unsigned and bits == 64:
-            if settings["bigint-unsigned-handling-mode"] == "precise":
-                kind, semantic = "bytes", DECIMAL
-                params = (("scale", "0"), ("connect.decimal.precision", "20"))
-                to_wire = lambda v: V.unscaled_bytes(str(v), 0)  # noqa: E731
-            else:
-                to_wire = lambda v: v - _TWO_64 if v >= _TWO_63 else v  # noqa: E731
-    elif family == T.DECIMAL:
-        scale = t.scale  # None: string mode writes each value's own digits
-        mode = settings["decimal-handling-mode"]
-        if mode == "precise":
-            scale = T.fixed_scale(t, column.name, "decimal.handling.mode=precise")
-            kind, semantic = "bytes", DECIMAL
-            params = (("scale", str(scale)), ("connect.decimal.precision", str(t.length or 65)))
-            to_wire = lambda v: V.unscaled_bytes(str(v), scale)  # noqa: E731
-        elif mode == "double":
-            kind, to_wire = "double", float
-        else:
-            kind, to_wire = "string", lambda v: V.decimal_text(v, scale)
-    elif family in (T.FLOAT, T.DOUBLE):
-        kind, to_wire = ("float" if family == T.FLOAT else "double"), float
-    elif family == T.BIT:
-        length = t.length or 1
-        if length == 1:
-            kind, to_wire = "boolean", bool
-        else:
-            kind, semantic, params = "bytes", BITS, (("length", str(length)),)
-            width = (length + 7) // 8
-            to_wire = lambda v: int(v).to_bytes(width, "little")  # noqa: E731
-    elif family == T.BOOLEAN:
-        kind, to_wire = "boolean", bool
-    elif structured_mode and family in (T.DATE, T.DATETIME, T.TIMESTAMP, T.TIME):
-        kind, semantic, fields, params, to_wire = _structured_wire(t, column.name, nullable)
-    elif family == T.DATE:
-        kind, semantic = "int32", DATE if adaptive else CONNECT_DATE
-        to_wire = zero_date(V.days_from_date_text, 0)
-    elif family == T.DATETIME:
-        kind = "int64"
-        if adaptive and t.fsp > 3:
-            semantic, to_wire = MICRO_TIMESTAMP, zero_date(V.micros_from_datetime_text, 0)
-        else:
-            semantic = TIMESTAMP if adaptive else CONNECT_TIMESTAMP
-            to_wire = zero_date(lambda v: V.micros_from_datetime_text(v) // 1000, 0)
-    elif family == T.TIMESTAMP:
-        semantic = ZONED_TIMESTAMP
-        to_wire = zero_date(_zoned_wire, "1970-01-01T00:00:00Z")
-    elif family == T.TIME:
-        if adaptive:
-            kind, semantic, to_wire = "int64", MICRO_TIME, V.micros_from_time_text
-        else:
-            kind, semantic, to_wire = "int32", CONNECT_TIME, _connect_time
-    elif family == T.YEAR:
-        kind, semantic = "int32", YEAR
-    elif family == T.BINARY and t.name in ("point",):
-        kind, semantic, to_wire = "struct", POINT, _point_wire
-    elif family == T.BINARY and t.name in _GEOMETRY_NAMES:
-        kind, semantic = "struct", GEOMETRY
-        to_wire = lambda v: {"wkb": V.unb64(v), "srid": None}  # noqa: E731
-    elif family == T.BINARY:
-        mode = settings["binary-handling-mode"]
-        if mode == "bytes":
-            kind, to_wire = "bytes", V.unb64
-        elif mode == "base64":
-            kind = "string"
-        elif mode == "base64-url-safe":
-            kind, to_wire = "string", lambda v: base64.urlsafe_b64encode(V.unb64(v)).decode("ascii")
-        else:
-            kind, to_wire = "string", lambda v: V.unb64(v).hex()
-    elif family == T.JSON:
-        semantic = JSON
-    elif family in (T.ENUM, T.SET):
-        semantic = ENUM if family == T.ENUM else ENUM_SET
-        params = (("allowed", ",".join(t.members)),)
-        to_wire = ((lambda v: V.enum_value(v, t) if isinstance(v, int) else v) if family == T.ENUM
-                   else (lambda v: V.set_value(v, t) if isinstance(v, int) else v))
-    elif family == T.TEXT:
-        pass
-    else:
-        to_wire = lambda v: v if isinstance(v, str) else _json_value(v)  # noqa: E731
-    if settings["propagate-source-type"]:
-        params = params + _source_params(t, column)
-    if semantic == POINT:
-        fields = (FieldSpec("x", "double", optional=False), FieldSpec("y", "double", optional=False),
-                  FieldSpec("wkb", "bytes"), FieldSpec("srid", "int32"))
-    elif semantic == GEOMETRY:
-        fields = (FieldSpec("wkb", "bytes", optional=False), FieldSpec("srid", "int32"))
-    spec = FieldSpec(field_name, kind, semantic, params, nullable, fields)
-    return ColumnWriter(column, spec, to_wire)
-
-
-_GEOMETRY_NAMES: Final = frozenset(("geometry", "linestring", "polygon", "multipoint", "multilinestring",
-                                    "multipolygon", "geometrycollection", "geomcollection"))
-
-
-_CLOCK_FIELDS: Final = (FieldSpec("year", "int32"), FieldSpec("month", "int8"), FieldSpec("day", "int8"),
-                        FieldSpec("hour", "int8"), FieldSpec("minute", "int8"), FieldSpec("second", "int8"),
-                        FieldSpec("picoseconds", "int64"))
-_STRUCTURED_FIELDS: Final = {
-    STRUCTURED_DATE: _CLOCK_FIELDS[:3],
-    STRUCTURED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
-    STRUCTURED_ZONED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("offsetSeconds", "int32"), FieldSpec("zoneId", "string"),
-                                 FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
-    STRUCTURED_DURATION: (FieldSpec("years", "int32"), FieldSpec("months", "int32"), FieldSpec("days", "int32"),
-                          FieldSpec("hours", "int32"), FieldSpec("minutes", "int32"), FieldSpec("seconds", "int64"),
-                          FieldSpec("picoseconds", "int64"), FieldSpec("precision", "int32")),
-}
-_STRUCTURED_OF: Final = {T.DATE: STRUCTURED_DATE, T.DATETIME: STRUCTURED_TIMESTAMP,
-                         T.TIMESTAMP: STRUCTURED_ZONED_TIMESTAMP, T.TIME: STRUCTURED_DURATION}
-
-
-def _structured_wire(t: SqlType, column_name: str, nullable: bool
-                     ) -> tuple[str, str, tuple[FieldSpec, ...], tuple[tuple[str, str], ...], Conv]:
-    """A temporal column as ``time.precision.mode=structured`` writes it: its kind, schema name (qualified by the
-    column, as Debezium does, so that each column's Avro record keeps its own parameters), fields, parameters and
-    value writer."""
-    base = _STRUCTURED_OF[t.family]
-    fsp = t.fsp
-    params: tuple[tuple[str, str], ...] = () if base == STRUCTURED_DATE else ((STRUCTURED_PRECISION, str(fsp)),)
-    if base == STRUCTURED_DURATION:
-        params += ((DURATION_KIND, "elapsed-time"),)
-
-    def clock(moment: dt.datetime) -> dict[str, Any]:
-        return {"year": moment.year, "month": moment.month, "day": moment.day, "hour": moment.hour,
-                "minute": moment.minute, "second": moment.second, "picoseconds": moment.microsecond * 1_000_000,
-                "specialValue": None, "precision": fsp}
-
-    def date(text: str) -> dict[str, Any]:
-        if V.is_zero_date(text):
-            return {"year": 0, "month": 0, "day": 0}
-        day = dt.date.fromisoformat(text)
-        return {"year": day.year, "month": day.month, "day": day.day}
-
-    def local(text: str) -> dict[str, Any]:
-        if V.is_zero_date(text):
-            return {**dict.fromkeys((f.name for f in _CLOCK_FIELDS), 0), "specialValue": None, "precision": fsp}
-        return clock(V.parse_datetime_text(text))
-
-    def zoned(text: str) -> dict[str, Any] | None:
-        if V.is_zero_date(text):
-            # As in the other modes: a MySQL zero TIMESTAMP is null in a nullable column, else the epoch.
-            return None if nullable else zoned("1970-01-01T00:00:00Z")
-        moment = V.parse_datetime_text(text)
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(V.UTC)
-        return {**clock(moment.replace(tzinfo=None)), "offsetSeconds": 0, "zoneId": "Z"}
-
-    def duration(text: str) -> dict[str, Any]:
-        micros = V.micros_from_time_text(text)
-        sign = -1 if micros < 0 else 1
-        seconds, fraction = divmod(abs(micros), 1_000_000)
-        minutes, second = divmod(seconds, 60)
-        hours, minute = divmod(minutes, 60)
-        return {"years": 0, "months": 0, "days": 0, "hours": sign * hours, "minutes": sign * minute,
-                "seconds": sign * second, "picoseconds": sign * fraction * 1_000_000, "precision": fsp}
-
-    writer: Conv = {STRUCTURED_DATE: date, STRUCTURED_TIMESTAMP: local, STRUCTURED_DURATION: duration}.get(base, zoned)
-    return "struct", f"{base}SourceColumn{column_name.encode().hex()}", _STRUCTURED_FIELDS[base], params, writer
-
-
-def _connect_time(value: str) -> int:
-    millis = V.micros_from_time_text(value) // 1000
-    if not 0 <= millis < 86_400_000:
-        # Kafka Connect's Time is a time of day; MySQL TIME beyond it needs adaptive_time_microseconds.
-        raise V.BadValue(f"TIME {value} is outside 00:00:00-24:00:00, which time.precision.mode=connect cannot carry")
-    return millis
-
-
-def _zoned_wire(value: str) -> str:
-    if value.endswith("Z"):
-        return value
-    return zoned_timestamp_text(value + "Z" if "+" not in value[10:] else value, None)
-
-
-def _point_wire(value: str) -> dict[str, Any]:
-    wkb = V.unb64(value)
-    if len(wkb) != 21:
-        raise V.BadValue("POINT wkb must be 21 bytes")
-    order = "<" if wkb[0] == 1 else ">"
-    x, y = struct.unpack_from(order + "dd", wkb, 5)
-    return {"x": x, "y": y, "wkb": wkb, "srid": None}
-
-
-def _position_parts(position: str | None) -> tuple[str, int, int] | None:
-    if not position:
-        return None
-    parts = position.split("/")
-    if len(parts) == _BINLOG_POSITION and parts[1].isdigit() and parts[2].isdigit():
-        return parts[0], int(parts[1]), int(parts[2])
-    return None
-
-
-class EnvelopeWriter:
-    """Canonical events → the records the Debezium MySQL connector writes, as :class:`Planned` values
-    (one table schema per table and column list, built once)."""
-
-    def __init__(self, settings: Mapping[str, Any], tables: dict[Any, TableSchema],
-                 field_name: Callable[[str], str] = str) -> None:
-        self.settings = settings
-        self.tables = tables
-        self.field_name = field_name
-
-    def table_for(self, event: ChangeEvent) -> TableSchema:
-        columns = event.columns
-        if columns is None:
-            image = event.after if event.after is not None else event.before or {}
-            keys = set(event.key or ())
-            columns = [Column(name, UNKNOWN_TYPE, name in keys, None) for name in image]
-        cache_key = (event.database, event.table, tuple(columns))
-        table = self.tables.get(cache_key)
-        if table is None:
-            if len(self.tables) >= 512:
-                self.tables.clear()
-            table = self.tables[cache_key] = TableSchema(event.database or "", event.table or "", list(columns),
-                                                         self.settings, self.field_name)
-        return table
-
-    def plan(self, events: Iterable[ChangeEvent]) -> list[Planned]:
-        planned: list[Planned] = []
-        tombstones = self.settings["tombstones-on-delete"]
-        for index, event in enumerate(events):
-            if event.kind not in (ROW, TRUNCATE):
-                continue  # DDL goes to the schema change topic, which cdclake does not write
-            if event.table is None:
-                raise ValueError("event without a table cannot be written as a Debezium record")
-            table = self.table_for(event)
-            source = self._source(event, index)
-            ts = source["ts_ms"]
-            if event.kind == TRUNCATE:
-                planned.append(Planned(table, None, _envelope(None, None, source, "t", ts), [], ts))
-                continue
-            op = event.op
-            before = table.wire_row(event.before)
-            after = table.wire_row(event.after)
-            if op == DELETE:
-                key = table.wire_key(event.before or event.key or {})
-                planned.append(Planned(table, key, _envelope(before, None, source, "d", ts), [], ts))
-                if tombstones and key is not None:
-                    planned.append(Planned(table, key, None, [], ts))
-                continue
-            if after is None:
-                raise ValueError(f"op {op} event without an after image")
-            key = table.wire_key(event.after or {})
-            if op == UPDATE and before is not None and event.before is not None:
-                old_key = table.wire_key(event.before)
-                if old_key != key:
-                    # A key change is delete(old, newkey header) [+ tombstone] + create(new, oldkey header).
-                    planned.append(Planned(table, old_key, _envelope(before, None, source, "d", ts),
-                                           [(NEW_KEY_HEADER, key or {})], ts))
-                    if tombstones and old_key is not None:
-                        planned.append(Planned(table, old_key, None, [], ts))
-                    planned.append(Planned(table, key, _envelope(None, after, source, "c", ts),
-                                           [(OLD_KEY_HEADER, old_key or {})], ts))
-                    continue
-            wire_op = {INSERT: "c", UPDATE: "u", READ: "r"}.get(op or "")
-            if wire_op is None:
-                raise ValueError(f"cannot write op {op!r}")
-            planned.append(Planned(table, key, _envelope(before if wire_op == "u" else None, after, source,
-                                                         wire_op, ts), [], ts))
-        return planned
-
-    def _source(self, event: ChangeEvent, index: int) -> dict[str, Any]:
-        parts = _position_parts(event.position) or ("mysql-bin.000001", 4 + index, 0)
-        ts = event.ts_ms if event.ts_ms is not None else event.commit_ts or 0
-        return {"version": _ENVELOPE_VERSION, "connector": "mysql", "name": self.settings["topic-prefix"],
-                "ts_ms": ts, "snapshot": "true" if event.op == READ else "false", "db": event.database or "",
-                "sequence": None, "table": event.table, "server_id": 1, "gtid": None, "file": parts[0],
-                "pos": parts[1], "row": parts[2], "thread": None, "query": None}
-
-
-def _envelope(before: dict[str, Any] | None, after: dict[str, Any] | None, source: dict[str, Any], op: str,
-              ts_ms: int) -> dict[str, Any]:
-    return {"before": before, "after": after, "source": source, "op": op, "ts_ms": ts_ms, "transaction": None}
-
