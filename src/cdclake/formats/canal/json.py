@@ -62,6 +62,7 @@ from cdclake.formats.base import (
     Failure,
     Format,
     Option,
+    decode_message,
     layout_id,
     reason,
     struct_name_ok,
@@ -565,12 +566,7 @@ class CanalJson(Format):
                         self._credit += 1
                     return got
                 self._credit -= _MISS_COST
-        try:
-            msg = _decoder.decode(value)
-        except msgspec.ValidationError as exc:
-            raise DecodeError(f"not a Canal-JSON message: {exc}") from None
-        except msgspec.DecodeError as exc:
-            raise DecodeError(f"invalid JSON: {exc}") from None
+        msg = decode_message(_decoder, value, "Canal-JSON")
         kind = msg.type
         # isDdl decides (canal-json.md §10 item 2; TiCDC's rule too): a DDL whatever its type says, its data and
         # old ignored. A row type with no statement is neither a DDL nor a change that can be trusted.
@@ -639,34 +635,18 @@ class CanalJson(Format):
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        # The schema cache's hit test and Schema.rows' fast path, inlined: this is the path of every
-        # message the one-pass decode does not take. Per table, the cache holds the last layout seen:
-        # comparing raw members is cheaper than hashing them.
+        # The schema cache's hit test, inlined: this is the path of every message the one-pass decode does
+        # not take. Per table, the cache holds the last layout seen: comparing raw members is cheaper than
+        # hashing them.
         schema = self._schemas.get((msg.database, msg.table))
         if (schema is None or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
                 or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
             schema = self._schema(msg)
         self._guess = schema
-        fast = schema.fast if not schema.post else None
-        data: list[Row] | None = None
-        extra = _NO_NAMES
-        if fast is None:
-            data, extra = schema.rows(msg.data, "data")
-        else:
-            try:
-                data = _to_builtins(fast.decode(msg.data))
-            except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
-                data, extra = schema.rows(msg.data, "data")
+        data, extra = schema.rows(msg.data, "data")
         old: list[Row] | None = None
         if op == UPDATE or (op == DELETE and (self._swap or not data)):
-            old_extra = _NO_NAMES
-            if fast is None:
-                old, old_extra = schema.rows(msg.old, "old")
-            else:
-                try:
-                    old = _to_builtins(fast.decode(msg.old))
-                except (ValueError, ArithmeticError, UnicodeError):
-                    old, old_extra = schema.rows(msg.old, "old")
+            old, old_extra = schema.rows(msg.old, "old")
             if old_extra:
                 extra = extra + old_extra
         return self._emit(msg, op, tidb, schema, data, old, extra, offset, source)
