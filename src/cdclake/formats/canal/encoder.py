@@ -16,22 +16,10 @@ from typing import Any, Final
 import msgspec
 
 from cdclake.model import ddl as ddl_text
+from cdclake.model import events as E
 from cdclake.model import types as T
 from cdclake.model import values as V
-from cdclake.model.events import (
-    DDL,
-    DELETE,
-    INSERT,
-    READ,
-    RESOLVED,
-    ROW,
-    TRUNCATE,
-    UNKNOWN_TYPE,
-    UPDATE,
-    ChangeEvent,
-    Column,
-    Row,
-)
+from cdclake.model.events import ChangeEvent, Column, Row
 from cdclake.model.records import Record
 from cdclake.model.types import SqlType, parse_type
 
@@ -70,14 +58,14 @@ def _message(e: ChangeEvent, flavour: str, number: int, zone: str | None, swap: 
         es = e.ts_ms
     else:
         es = e.commit_ts or 0
-    if e.kind == RESOLVED:
+    if e.kind == E.RESOLVED:
         if flavour != "tidb" or e.commit_ts is None:
             return None
         return _tidb_order(database="", table="", type=WATERMARK, es=es, ts=es,
                            watermark=e.commit_ts)
-    if e.kind in (DDL, TRUNCATE):
+    if e.kind in (E.DDL, E.TRUNCATE):
         sql = e.ddl or ""
-        if e.kind == TRUNCATE:
+        if e.kind == E.TRUNCATE:
             sql = e.ddl or f"TRUNCATE TABLE {ddl_text.qualified(e.database, e.table)}"
             kind = "DDL" if flavour == "dts" else "TRUNCATE"
         else:
@@ -88,7 +76,7 @@ def _message(e: ChangeEvent, flavour: str, number: int, zone: str | None, swap: 
                                sql=sql, is_ddl=True, commit_ts=e.commit_ts)
         return _canal_order(database=database or "", table=table or "", type=kind, es=es,
                             ts=es, id=number, sql=sql, is_ddl=True)
-    if e.kind != ROW:
+    if e.kind != E.ROW:
         raise ValueError(f"canal-json cannot encode a {e.kind!r} event")
     return _row_message(e, flavour, es, number, zone, swap)
 
@@ -96,7 +84,7 @@ def _row_message(e: ChangeEvent, flavour: str, es: int, number: int, zone: str |
                  ) -> dict[str, Any]:
     columns = e.columns or [Column(name) for name in {**(e.before or {}), **(e.after or {})}]
     key_names = [c.name for c in columns if c.key] or list(e.key or ())
-    parsed = {c.name: parse_type(c.type if c.type != UNKNOWN_TYPE else None) for c in columns}
+    parsed = {c.name: parse_type(c.type if c.type != E.UNKNOWN_TYPE else None) for c in columns}
     tidb = flavour == "tidb"
     text_of = _tidb_text if tidb else V.to_text
 
@@ -107,8 +95,8 @@ def _row_message(e: ChangeEvent, flavour: str, es: int, number: int, zone: str |
 
     after, before = texts(e.after), texts(e.before)
     sample = after if after is not None else before or {}
-    kind = {INSERT: "INSERT", UPDATE: "UPDATE", DELETE: "DELETE"}.get(e.op or "")
-    if e.op == READ:
+    kind = {E.INSERT: "INSERT", E.UPDATE: "UPDATE", E.DELETE: "DELETE"}.get(e.op or "")
+    if e.op == E.READ:
         kind = "INIT" if flavour == "dts" else "INSERT"
     if kind is None:
         raise ValueError(f"canal-json cannot encode op {e.op!r}")
@@ -187,7 +175,7 @@ def _tidb_text(value: Any, t: SqlType, zone: str | None) -> str | None:
 
 def _type_text(column: Column, t: SqlType, base_only: bool) -> str:
     """``mysqlType`` text: the column's own for Canal and DTS; TiCDC's base name with `` unsigned``."""
-    if column.type == UNKNOWN_TYPE:
+    if column.type == E.UNKNOWN_TYPE:
         return ""
     if not base_only:
         return column.type

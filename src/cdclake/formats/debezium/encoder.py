@@ -13,51 +13,14 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from cdclake.formats.base import reason
+from cdclake.formats.debezium import schema as S
 from cdclake.formats.debezium.converters import Conv, json_value, shown, zoned_timestamp_text
 from cdclake.formats.debezium.envelope import NEW_KEY_HEADER, OLD_KEY_HEADER
-from cdclake.formats.debezium.schema import (
-    BITS,
-    CONNECT_DATE,
-    CONNECT_TIME,
-    CONNECT_TIMESTAMP,
-    DATE,
-    DECIMAL,
-    DURATION_KIND,
-    ENUM,
-    ENUM_SET,
-    GEOMETRY,
-    JSON,
-    MICRO_TIME,
-    MICRO_TIMESTAMP,
-    POINT,
-    SOURCE_LENGTH,
-    SOURCE_NAME,
-    SOURCE_SCALE,
-    SOURCE_TYPE,
-    STRUCTURED_DATE,
-    STRUCTURED_DURATION,
-    STRUCTURED_PRECISION,
-    STRUCTURED_TIMESTAMP,
-    STRUCTURED_ZONED_TIMESTAMP,
-    TIMESTAMP,
-    YEAR,
-    ZONED_TIMESTAMP,
-    FieldSpec,
-)
+from cdclake.formats.debezium.schema import FieldSpec
+from cdclake.model import events as E
 from cdclake.model import types as T
 from cdclake.model import values as V
-from cdclake.model.events import (
-    DELETE,
-    INSERT,
-    READ,
-    ROW,
-    TRUNCATE,
-    UNKNOWN_TYPE,
-    UPDATE,
-    ChangeEvent,
-    Column,
-    Row,
-)
+from cdclake.model.events import ChangeEvent, Column, Row
 from cdclake.model.types import SqlType, parse_type
 
 _BINLOG_POSITION: Final = 3
@@ -86,7 +49,7 @@ SOURCE_SPEC: Final = FieldSpec("source", "struct", "io.debezium.connector.mysql.
     FieldSpec("connector", "string", optional=False),
     FieldSpec("name", "string", optional=False),
     FieldSpec("ts_ms", "int64", optional=False),
-    FieldSpec("snapshot", "string", ENUM, (("allowed", "true,last,false,incremental"),), optional=True),
+    FieldSpec("snapshot", "string", S.ENUM, (("allowed", "true,last,false,incremental"),), optional=True),
     FieldSpec("db", "string", optional=False),
     FieldSpec("sequence", "string"),
     FieldSpec("table", "string"),
@@ -150,14 +113,14 @@ class TableSchema:
 
 def _source_params(t: SqlType, column: Column) -> tuple[tuple[str, str], ...]:
     if t.family == T.UNKNOWN:
-        return ((SOURCE_NAME, column.name),)
+        return ((S.SOURCE_NAME, column.name),)
     declared = t.name.upper() + (" UNSIGNED" if t.unsigned else "")
-    params = [(SOURCE_TYPE, declared)]
+    params = [(S.SOURCE_TYPE, declared)]
     if t.length is not None and t.family not in (T.ENUM, T.SET):
-        params.append((SOURCE_LENGTH, str(t.length)))
+        params.append((S.SOURCE_LENGTH, str(t.length)))
         if t.scale is not None:
-            params.append((SOURCE_SCALE, str(t.scale)))
-    params.append((SOURCE_NAME, column.name))
+            params.append((S.SOURCE_SCALE, str(t.scale)))
+    params.append((S.SOURCE_NAME, column.name))
     return tuple(params)
 
 
@@ -190,7 +153,7 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         kind = (_UNSIGNED_INT_WIRE if t.unsigned else _INT_WIRE).get(bits, "int64")
         if t.unsigned and bits == 64:
             if settings["bigint-unsigned-handling-mode"] == "precise":
-                kind, semantic = "bytes", DECIMAL
+                kind, semantic = "bytes", S.DECIMAL
                 params = (("scale", "0"), ("connect.decimal.precision", "20"))
                 to_wire = lambda v: V.unscaled_bytes(str(v), 0)  # noqa: E731
             else:
@@ -200,7 +163,7 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         mode = settings["decimal-handling-mode"]
         if mode == "precise":
             scale = T.fixed_scale(t, column.name, "decimal.handling.mode=precise")
-            kind, semantic = "bytes", DECIMAL
+            kind, semantic = "bytes", S.DECIMAL
             params = (("scale", str(scale)), ("connect.decimal.precision", str(t.length or 65)))
             to_wire = lambda v: V.unscaled_bytes(str(v), scale)  # noqa: E731
         elif mode == "double":
@@ -214,7 +177,7 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         if length == 1:
             kind, to_wire = "boolean", bool
         else:
-            kind, semantic, params = "bytes", BITS, (("length", str(length)),)
+            kind, semantic, params = "bytes", S.BITS, (("length", str(length)),)
             width = (length + 7) // 8
             to_wire = lambda v: int(v).to_bytes(width, "little")  # noqa: E731
     elif family == T.BOOLEAN:
@@ -222,29 +185,29 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
     elif structured_mode and family in (T.DATE, T.DATETIME, T.TIMESTAMP, T.TIME):
         kind, semantic, fields, params, to_wire = _structured_wire(t, column.name, nullable)
     elif family == T.DATE:
-        kind, semantic = "int32", DATE if adaptive else CONNECT_DATE
+        kind, semantic = "int32", S.DATE if adaptive else S.CONNECT_DATE
         to_wire = zero_date(V.days_from_date_text, 0)
     elif family == T.DATETIME:
         kind = "int64"
         if adaptive and t.fsp > 3:
-            semantic, to_wire = MICRO_TIMESTAMP, zero_date(V.micros_from_datetime_text, 0)
+            semantic, to_wire = S.MICRO_TIMESTAMP, zero_date(V.micros_from_datetime_text, 0)
         else:
-            semantic = TIMESTAMP if adaptive else CONNECT_TIMESTAMP
+            semantic = S.TIMESTAMP if adaptive else S.CONNECT_TIMESTAMP
             to_wire = zero_date(lambda v: V.micros_from_datetime_text(v) // 1000, 0)
     elif family == T.TIMESTAMP:
-        semantic = ZONED_TIMESTAMP
+        semantic = S.ZONED_TIMESTAMP
         to_wire = zero_date(_zoned_wire, "1970-01-01T00:00:00Z")
     elif family == T.TIME:
         if adaptive:
-            kind, semantic, to_wire = "int64", MICRO_TIME, V.micros_from_time_text
+            kind, semantic, to_wire = "int64", S.MICRO_TIME, V.micros_from_time_text
         else:
-            kind, semantic, to_wire = "int32", CONNECT_TIME, _connect_time
+            kind, semantic, to_wire = "int32", S.CONNECT_TIME, _connect_time
     elif family == T.YEAR:
-        kind, semantic = "int32", YEAR
+        kind, semantic = "int32", S.YEAR
     elif family == T.BINARY and t.name in ("point",):
-        kind, semantic, to_wire = "struct", POINT, _point_wire
+        kind, semantic, to_wire = "struct", S.POINT, _point_wire
     elif family == T.BINARY and t.name in _GEOMETRY_NAMES:
-        kind, semantic = "struct", GEOMETRY
+        kind, semantic = "struct", S.GEOMETRY
         to_wire = lambda v: {"wkb": V.unb64(v), "srid": None}  # noqa: E731
     elif family == T.BINARY:
         mode = settings["binary-handling-mode"]
@@ -257,9 +220,9 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         else:
             kind, to_wire = "string", lambda v: V.unb64(v).hex()
     elif family == T.JSON:
-        semantic = JSON
+        semantic = S.JSON
     elif family in (T.ENUM, T.SET):
-        semantic = ENUM if family == T.ENUM else ENUM_SET
+        semantic = S.ENUM if family == T.ENUM else S.ENUM_SET
         params = (("allowed", ",".join(t.members)),)
         to_wire = ((lambda v: V.enum_value(v, t) if isinstance(v, int) else v) if family == T.ENUM
                    else (lambda v: V.set_value(v, t) if isinstance(v, int) else v))
@@ -269,10 +232,10 @@ def column_writer(column: Column, settings: Mapping[str, Any], field_name: str) 
         to_wire = lambda v: v if isinstance(v, str) else json_value(v)  # noqa: E731
     if settings["propagate-source-type"]:
         params = params + _source_params(t, column)
-    if semantic == POINT:
+    if semantic == S.POINT:
         fields = (FieldSpec("x", "double", optional=False), FieldSpec("y", "double", optional=False),
                   FieldSpec("wkb", "bytes"), FieldSpec("srid", "int32"))
-    elif semantic == GEOMETRY:
+    elif semantic == S.GEOMETRY:
         fields = (FieldSpec("wkb", "bytes", optional=False), FieldSpec("srid", "int32"))
     spec = FieldSpec(field_name, kind, semantic, params, nullable, fields)
     return ColumnWriter(column, spec, to_wire)
@@ -286,16 +249,16 @@ _CLOCK_FIELDS: Final = (FieldSpec("year", "int32"), FieldSpec("month", "int8"), 
                         FieldSpec("hour", "int8"), FieldSpec("minute", "int8"), FieldSpec("second", "int8"),
                         FieldSpec("picoseconds", "int64"))
 _STRUCTURED_FIELDS: Final = {
-    STRUCTURED_DATE: _CLOCK_FIELDS[:3],
-    STRUCTURED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
-    STRUCTURED_ZONED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("offsetSeconds", "int32"), FieldSpec("zoneId", "string"),
+    S.STRUCTURED_DATE: _CLOCK_FIELDS[:3],
+    S.STRUCTURED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
+    S.STRUCTURED_ZONED_TIMESTAMP: (*_CLOCK_FIELDS, FieldSpec("offsetSeconds", "int32"), FieldSpec("zoneId", "string"),
                                  FieldSpec("specialValue", "string"), FieldSpec("precision", "int32")),
-    STRUCTURED_DURATION: (FieldSpec("years", "int32"), FieldSpec("months", "int32"), FieldSpec("days", "int32"),
+    S.STRUCTURED_DURATION: (FieldSpec("years", "int32"), FieldSpec("months", "int32"), FieldSpec("days", "int32"),
                           FieldSpec("hours", "int32"), FieldSpec("minutes", "int32"), FieldSpec("seconds", "int64"),
                           FieldSpec("picoseconds", "int64"), FieldSpec("precision", "int32")),
 }
-_STRUCTURED_OF: Final = {T.DATE: STRUCTURED_DATE, T.DATETIME: STRUCTURED_TIMESTAMP,
-                         T.TIMESTAMP: STRUCTURED_ZONED_TIMESTAMP, T.TIME: STRUCTURED_DURATION}
+_STRUCTURED_OF: Final = {T.DATE: S.STRUCTURED_DATE, T.DATETIME: S.STRUCTURED_TIMESTAMP,
+                         T.TIMESTAMP: S.STRUCTURED_ZONED_TIMESTAMP, T.TIME: S.STRUCTURED_DURATION}
 
 
 def _structured_wire(t: SqlType, column_name: str, nullable: bool
@@ -305,9 +268,9 @@ def _structured_wire(t: SqlType, column_name: str, nullable: bool
     value writer."""
     base = _STRUCTURED_OF[t.family]
     fsp = t.fsp
-    params: tuple[tuple[str, str], ...] = () if base == STRUCTURED_DATE else ((STRUCTURED_PRECISION, str(fsp)),)
-    if base == STRUCTURED_DURATION:
-        params += ((DURATION_KIND, "elapsed-time"),)
+    params: tuple[tuple[str, str], ...] = () if base == S.STRUCTURED_DATE else ((S.STRUCTURED_PRECISION, str(fsp)),)
+    if base == S.STRUCTURED_DURATION:
+        params += ((S.DURATION_KIND, "elapsed-time"),)
 
     def clock(moment: dt.datetime) -> dict[str, Any]:
         return {"year": moment.year, "month": moment.month, "day": moment.day, "hour": moment.hour,
@@ -343,7 +306,8 @@ def _structured_wire(t: SqlType, column_name: str, nullable: bool
         return {"years": 0, "months": 0, "days": 0, "hours": sign * hours, "minutes": sign * minute,
                 "seconds": sign * second, "picoseconds": sign * fraction * 1_000_000, "precision": fsp}
 
-    writer: Conv = {STRUCTURED_DATE: date, STRUCTURED_TIMESTAMP: local, STRUCTURED_DURATION: duration}.get(base, zoned)
+    writers: dict[str, Conv] = {S.STRUCTURED_DATE: date, S.STRUCTURED_TIMESTAMP: local, S.STRUCTURED_DURATION: duration}
+    writer = writers.get(base, zoned)
     return "struct", f"{base}SourceColumn{column_name.encode().hex()}", _STRUCTURED_FIELDS[base], params, writer
 
 
@@ -394,7 +358,7 @@ class EnvelopeWriter:
         if columns is None:
             image = event.after if event.after is not None else event.before or {}
             keys = set(event.key or ())
-            columns = [Column(name, UNKNOWN_TYPE, name in keys, None) for name in image]
+            columns = [Column(name, E.UNKNOWN_TYPE, name in keys, None) for name in image]
         cache_key = (event.database, event.table, tuple(columns))
         table = self.tables.get(cache_key)
         if table is None:
@@ -408,20 +372,20 @@ class EnvelopeWriter:
         planned: list[Planned] = []
         tombstones = self.settings["tombstones-on-delete"]
         for index, event in enumerate(events):
-            if event.kind not in (ROW, TRUNCATE):
+            if event.kind not in (E.ROW, E.TRUNCATE):
                 continue  # DDL goes to the schema change topic, which cdclake does not write
             if event.table is None:
                 raise ValueError("event without a table cannot be written as a Debezium record")
             table = self.table_for(event)
             source = self._source(event, index)
             ts = source["ts_ms"]
-            if event.kind == TRUNCATE:
+            if event.kind == E.TRUNCATE:
                 planned.append(Planned(table, None, _envelope(None, None, source, "t", ts), [], ts))
                 continue
             op = event.op
             before = table.wire_row(event.before)
             after = table.wire_row(event.after)
-            if op == DELETE:
+            if op == E.DELETE:
                 key = table.wire_key(event.before or event.key or {})
                 planned.append(Planned(table, key, _envelope(before, None, source, "d", ts), [], ts))
                 if tombstones and key is not None:
@@ -430,7 +394,7 @@ class EnvelopeWriter:
             if after is None:
                 raise ValueError(f"op {op} event without an after image")
             key = table.wire_key(event.after or {})
-            if op == UPDATE and before is not None and event.before is not None:
+            if op == E.UPDATE and before is not None and event.before is not None:
                 old_key = table.wire_key(event.before)
                 if old_key != key:
                     # A key change is delete(old, newkey header) [+ tombstone] + create(new, oldkey header).
@@ -441,7 +405,7 @@ class EnvelopeWriter:
                     planned.append(Planned(table, key, _envelope(None, after, source, "c", ts),
                                            [(OLD_KEY_HEADER, old_key or {})], ts))
                     continue
-            wire_op = {INSERT: "c", UPDATE: "u", READ: "r"}.get(op or "")
+            wire_op = {E.INSERT: "c", E.UPDATE: "u", E.READ: "r"}.get(op or "")
             if wire_op is None:
                 raise ValueError(f"cannot write op {op!r}")
             planned.append(Planned(table, key, _envelope(before if wire_op == "u" else None, after, source,
@@ -452,7 +416,7 @@ class EnvelopeWriter:
         parts = _position_parts(event.position) or ("mysql-bin.000001", 4 + index, 0)
         ts = event.ts_ms if event.ts_ms is not None else event.commit_ts or 0
         return {"version": _ENVELOPE_VERSION, "connector": "mysql", "name": self.settings["topic-prefix"],
-                "ts_ms": ts, "snapshot": "true" if event.op == READ else "false", "db": event.database or "",
+                "ts_ms": ts, "snapshot": "true" if event.op == E.READ else "false", "db": event.database or "",
                 "sequence": None, "table": event.table, "server_id": 1, "gtid": None, "file": parts[0],
                 "pos": parts[1], "row": parts[2], "thread": None, "query": None}
 
