@@ -272,8 +272,8 @@ static int ascii(const char *s, Py_ssize_t n) {
 /* msgspec's own JSON encoder, which writes every other float of the changelog (set at import). */
 static PyObject *float_encode;
 
-/* A float as msgspec writes it, by msgspec itself: its shortest-digits formatting costs a tenth of Python's
- * repr for a double of a large or small exponent (measured: 0.1 against 1.5 us for 9.454044945906171e209). */
+/* A float as msgspec writes it, by msgspec itself: its shortest-digits formatting is much cheaper than Python's
+ * repr for a double of a large or small exponent (figures: benchmarks/results.md, "Native helpers"). */
 static int put_float(Buf *b, double d) {
     PyObject *number = PyFloat_FromDouble(d);
     if (!number) return -1;
@@ -319,8 +319,8 @@ static const Power *pow5;
 static PyObject *pow5_table; /* the bytes pow5 points into, held for the module's life */
 
 /* The double nearest a JSON number's text (its syntax checked, at most 511 bytes), as strtod finds it. glibc's
- * strtod takes about 3,300 instructions for the long, tiny doubles TiCDC writes in full, so this tries two exact
- * shortcuts first and asks strtod only where they cannot decide:
+ * strtod is slow for the long, tiny doubles TiCDC writes in full (benchmarks/results.md, "Native helpers"), so
+ * this tries two exact shortcuts first and asks strtod only where they cannot decide:
  *  - at most 2^53 for the digits and |exponent| <= 22: both are exact doubles, and one IEEE multiplication or
  *    division rounds their product correctly (Clinger);
  *  - otherwise, up to 19 significant digits: the digits times 5^q from the table, kept to 128 bits, lie within 2

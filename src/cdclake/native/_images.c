@@ -5,9 +5,9 @@
 
 /* A row image as msgspec writes it (a compact JSON object) made into the changelog's form, where every member's
  * value is a string or null: a number, true or false goes between quotes as it is written, an object or array
- * becomes a string of its JSON text. _canal.c writes its `after` images so itself; this does it for the images of every
- * format the Python decoders read, in a fraction of the time a Python pass over the values takes (see
- * changelog._image_json; its Python twin, _image_texts, is the tests' reference). */
+ * becomes a string of its JSON text. _canal.c writes its `after` images so itself; this does it for the images of
+ * every format the Python decoders read, faster than a Python pass over the values (see changelog._image_json;
+ * its Python twin, _image_texts, is the tests' reference). */
 static PyObject *image_texts(PyObject *module, PyObject *arg) {
     (void)module;
     if (!PyBytes_Check(arg)) {
