@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint bench java jars crash-matrix fuzz
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/native/*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/native/*.c src/cdclake/native/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

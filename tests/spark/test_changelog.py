@@ -220,7 +220,7 @@ _IMAGE_VALUES = st.recursive(
 
 @given(st.dictionaries(st.text(max_size=6), _IMAGE_VALUES, max_size=8))
 def test_compiled_image_texts_are_the_python_twins_bytes(image):
-    compiled = changelog._canal.image_texts(changelog._json.encode(image))
+    compiled = changelog._images.image_texts(changelog._json.encode(image))
     assert compiled == changelog._image_texts(image, untyped=False)
     assert all(v is None or type(v) is str for v in json.loads(compiled).values())
 
@@ -231,7 +231,7 @@ def test_an_image_is_made_texts_whether_or_not_the_compiled_twin_was_built(monke
     expected = {"id": "7", "f": "1e16", "g": {1.5: "1.5"}.get(special, "NaN" if special != special else "Infinity"),
                 "ok": "true", "doc": '{"a":["\\"\\\\"]}', "s": "x", "n": None}
     assert json.loads(changelog._image_json(image, untyped=False, floats=("f", "g"))) == expected
-    monkeypatch.setattr(changelog, "_canal", None)
+    monkeypatch.setattr(changelog, "_images", None)
     assert json.loads(changelog._image_json(image, untyped=False, floats=("f", "g"))) == expected
 
 
@@ -249,7 +249,7 @@ def test_an_image_nested_deeper_than_the_compiled_scanner_follows_is_made_texts_
         deep = [deep]
     image = {"id": 1, "doc": deep}
     with pytest.raises(ValueError):
-        changelog._canal.image_texts(changelog._json.encode(image))
+        changelog._images.image_texts(changelog._json.encode(image))
     made = changelog._image_json(image, untyped=False)
     assert made == changelog._image_texts(image, untyped=False) and json.loads(made)["doc"] == json.dumps(deep)
 
@@ -257,7 +257,7 @@ def test_an_image_nested_deeper_than_the_compiled_scanner_follows_is_made_texts_
 @pytest.mark.parametrize("text", [b"", b"[1]", b'{"a":1', b'{"a":1}x', b'{"a" 1}', b'{"a":tru}'])
 def test_compiled_image_texts_refuses_what_is_no_compact_json_object(text):
     with pytest.raises(ValueError, match="not a compact JSON object"):
-        changelog._canal.image_texts(text)
+        changelog._images.image_texts(text)
 
 
 def test_changelog_of_a_generated_stream_matches_the_events_one_by_one():

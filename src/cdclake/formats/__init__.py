@@ -1,29 +1,48 @@
 """Wire formats: each turns Kafka records into canonical change events and back.
 
+Each format family is a package, ``formats/<family>/``, with a few files of one role each (as Flink's
+flink-json formats and TiCDC's codecs have): the Format itself (``json.py``, ``open.py``, ``avro.py``: options
+and decoding), and beside it, where the format is large enough to need them, its encoder (``encoder.py``),
+the protocol's vocabulary (``open_protocol.py``: codes, flags, value converters), or the parts two converters
+of one family share (``debezium/``: ``schema``, ``converters``, ``envelope``, ``encoder``, ``options``).
+What every format uses lives in :mod:`cdclake.formats.base` (the :class:`Format` interface, :class:`Option`,
+``decode_message``, ``reason``), the Avro framing and registries in ``formats/avro/``, claim-check files in
+:mod:`cdclake.formats.claim_check`. The compiled twins of hot paths are in :mod:`cdclake.native`.
+
 Adding a format takes one module and one line here. A format subclasses :class:`Format`, names itself,
 declares its options once (they become CLI flags and pipeline keys), and implements ``decode_record``
 (one record → its events) and ``encode`` (events → records)::
 
-    from cdclake.model.events import ChangeEvent, INSERT, ROW
-    from cdclake.formats.base import DecodeError, Format, Option
     import msgspec
+
+    from cdclake.formats.base import Format, Option, decode_message
+    from cdclake.model.events import INSERT, ROW, ChangeEvent
+    from cdclake.model.records import Record
+
+    class _Message(msgspec.Struct):
+        table: str
+        row: dict
+
+    _decoder = msgspec.json.Decoder(_Message)
 
     class Tiny(Format):
         name = "tiny-json"
         options = (Option("database", "db", "Database name to report"),)
 
         def decode_record(self, record):
-            msg = msgspec.json.decode(record.value)
-            if "row" not in msg:
-                raise DecodeError("no 'row' member")
+            msg = decode_message(_decoder, record.value, "tiny-json")  # a DecodeError says what is wrong
             return [ChangeEvent(kind=ROW, op=INSERT, database=self.settings["database"],
-                                table=msg["table"], after=msg["row"])]
+                                table=msg.table, after=msg.row)]
 
         def encode(self, events):
             return [Record(value=msgspec.json.encode({"table": e.table, "row": e.after})) for e in events]
 
-Then register it below as ``"tiny-json": "cdclake.formats.tiny"`` with ``FORMAT = Tiny`` at the end of
-the module. Test it with the round trip in ``tests/formats/``: random rows → encode → decode.
+    FORMAT = Tiny
+
+Save it as ``formats/tiny/json.py``, register it below as ``"tiny-json": "cdclake.formats.tiny.json"``, and
+test it in ``tests/formats/tiny/test_json.py`` with the round trip: random rows → encode → decode. A format
+grows files only when a role outgrows the Format's module (an encoder, a protocol's tables, a generated
+fast path), each importing from ``base``, ``model``, ``native`` and its siblings, never from the Format module.
 """
 
 from __future__ import annotations

@@ -168,6 +168,17 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def decode_message(decoder: msgspec.json.Decoder, value: bytes, what: str) -> Any:
+    """``value`` read by a format's typed JSON ``decoder``; a failure is a :class:`DecodeError` that says whether
+    the text is no JSON at all or JSON of another shape than a ``what`` message."""
+    try:
+        return decoder.decode(value)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"not a {what} message: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+
+
 def parse_options(format_cls: type[Format], pairs: Iterable[str]) -> dict[str, str]:
     """``KEY=VALUE`` strings (CLI ``--option``) into a dict; validation happens in the format."""
     options: dict[str, str] = {}

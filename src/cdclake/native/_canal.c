@@ -8,16 +8,9 @@
  * Python decoder, which decodes it or says why it cannot. tests/formats/canal/test_compiled.py holds the two to
  * each other, byte for byte.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "common.h"
 #include <float.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 /* Value kinds; the Python side (canal_json._compiled_kind) names the same numbers. */
 enum { K_TEXT, K_INT, K_FLOAT, K_DECIMAL, K_BINARY, K_ENUM_NUMBER, K_ENUM_LABEL, K_BOOL, K_TS_UTC, K_SET_LABEL };
@@ -25,50 +18,6 @@ enum { K_TEXT, K_INT, K_FLOAT, K_DECIMAL, K_BINARY, K_ENUM_NUMBER, K_ENUM_LABEL,
 enum { OP_INSERT, OP_UPDATE, OP_DELETE, OP_READ };
 
 enum { HANDLED = 0, LEFT = 1, FAILED = -1 }; /* LEFT: the Python decoder takes the record */
-enum { ESCAPED = 1, HIGH = 2, UTF8_OK = 4 }; /* what a scanned string holds; UTF8_OK: HIGH, and checked */
-#define MAX_DEPTH 64
-
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} Buf;
-
-static int grow(Buf *b, Py_ssize_t need) {
-    if (b->n + need <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + need) cap *= 2;
-    char *p = realloc(b->p, (size_t)cap);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static inline int put(Buf *b, const void *s, Py_ssize_t n) {
-    if (grow(b, n)) return -1;
-    memcpy(b->p + b->n, s, (size_t)n);
-    b->n += n;
-    return 0;
-}
-
-static inline int put1(Buf *b, char c) { return put(b, &c, 1); }
-
-static int set_bit(Buf *bits, Py_ssize_t i, int on) {
-    Py_ssize_t byte = i >> 3;
-    if (byte >= bits->n) {
-        if (grow(bits, byte + 1 - bits->n)) return -1;
-        memset(bits->p + bits->n, 0, (size_t)(byte + 1 - bits->n));
-        bits->n = byte + 1;
-    }
-    if (on)
-        bits->p[byte] |= (char)(1 << (i & 7));
-    else
-        bits->p[byte] &= (char)~(1 << (i & 7));
-    return 0;
-}
 
 /* An Arrow string column being built: values are written into data, then ended with end_string. */
 typedef struct {
@@ -174,173 +123,13 @@ fail:;
     return NULL;
 }
 
-/* ------------------------------------------------------------------------------------------- JSON scanning */
-
-static inline const char *ws(const char *p, const char *e) {
-    if (p < e && (unsigned char)*p > ' ') return p; /* producers write compact JSON: as a rule, no space at all */
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
-    return p;
-}
-
-/* p at '"': the content's span and what it holds; NULL for an unterminated string or a raw control character. */
-static const char *scan_string(const char *p, const char *e, const char **s, Py_ssize_t *n, int *flags) {
-    const char *start = ++p;
-    int f = 0;
-    for (;;) {
-#if defined(__SSE2__)
-        /* Sixteen bytes at a time up to the first quote, backslash or control character: row values are
-         * long runs of plain text. */
-        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-        while (e - p >= 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)p);
-            unsigned high = (unsigned)_mm_movemask_epi8(v); /* bytes >= 0x80 (negative as signed) */
-            unsigned special = (unsigned)_mm_movemask_epi8(_mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space)));
-            special &= ~high;
-            if (!special) {
-                if (high) f |= HIGH;
-                p += 16;
-                continue;
-            }
-            int at = __builtin_ctz(special);
-            if (high & ((1u << at) - 1)) f |= HIGH;
-            p += at;
-            break;
-        }
-#endif
-        if (p >= e) return NULL;
-        unsigned char c = (unsigned char)*p;
-        if (c == '"') {
-            *s = start;
-            *n = p - start;
-            *flags = f;
-            return p + 1;
-        }
-        if (c == '\\') {
-            f |= ESCAPED;
-            if (p + 1 >= e) return NULL;
-            p += 2;
-            continue;
-        }
-        if (c < 0x20) return NULL;
-        if (c >= 0x80) f |= HIGH;
-        p++;
-    }
-}
-
-static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
-
-/* p past a run of digits, eight at a time while they last: TiCDC writes a double's every digit, up to ~330. */
-static inline const char *skip_digits(const char *p, const char *e) {
-    uint64_t w;
-    while (e - p >= 8) {
-        memcpy(&w, p, 8);
-        /* every byte 0x30..0x39: its high nibble is 3, and adding 6 keeps it 3 */
-        if ((w & 0xF0F0F0F0F0F0F0F0ull) != 0x3030303030303030ull ||
-            ((w + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) != 0x3030303030303030ull)
-            break;
-        p += 8;
-    }
-    while (p < e && is_digit(*p)) p++;
-    return p;
-}
+/* ------------------------------------------------------------------------- JSON, as only Canal reads it */
 
 static inline const char *skip_zeros(const char *p, const char *e) {
     uint64_t w;
     while (e - p >= 8 && (memcpy(&w, p, 8), w == 0x3030303030303030ull)) p += 8;
     while (p < e && *p == '0') p++;
     return p;
-}
-
-/* A JSON number; *integral: no fraction and no exponent. */
-static const char *scan_number(const char *p, const char *e, int *integral) {
-    *integral = 1;
-    if (p < e && *p == '-') p++;
-    if (p >= e) return NULL;
-    if (*p == '0')
-        p++;
-    else if (is_digit(*p))
-        p = skip_digits(p, e);
-    else
-        return NULL;
-    if (p < e && *p == '.') {
-        *integral = 0;
-        p++;
-        if (p >= e || !is_digit(*p)) return NULL;
-        p = skip_digits(p, e);
-    }
-    if (p < e && (*p == 'e' || *p == 'E')) {
-        *integral = 0;
-        p++;
-        if (p < e && (*p == '+' || *p == '-')) p++;
-        if (p >= e || !is_digit(*p)) return NULL;
-        while (p < e && is_digit(*p)) p++;
-    }
-    return p;
-}
-
-static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint64_t word;
-        if (n - i >= 8 && (memcpy(&word, s + i, 8), !(word & 0x8080808080808080ull))) { /* eight ASCII bytes */
-            i += 8;
-            continue;
-        }
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int len;
-        uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + len > n) return 0;
-        for (int j = 1; j < len; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
-/* The strings of a message's data (or old) rows as skip_value found them, in order, so that reading the rows
- * takes each string from here instead of scanning and checking it a second time. */
-typedef struct {
-    const char *at; /* the opening quote */
-    const char *s;
-    Py_ssize_t n;
-    int flags;
-} Token;
-
-typedef struct {
-    Token *tokens;
-    Py_ssize_t n, cap, next;
-} Tape;
-
-static void tape_add(Tape *t, const char *at, const char *s, Py_ssize_t n, int flags) {
-    if (t->n == t->cap) {
-        Py_ssize_t cap = t->cap ? t->cap * 2 : 64;
-        Token *grown = realloc(t->tokens, (size_t)cap * sizeof(Token));
-        if (!grown) return; /* the reader scans this string itself, and finds the tape again at the next */
-        t->tokens = grown;
-        t->cap = cap;
-    }
-    t->tokens[t->n++] = (Token){at, s, n, flags};
 }
 
 /* scan_string, from the tape where it holds the string at p. */
@@ -355,65 +144,6 @@ static const char *scan_taped(Tape *t, const char *p, const char *e, const char 
     return scan_string(p, e, s, n, flags);
 }
 
-static int escapes_valid(const char *s, Py_ssize_t n);
-
-/* Skips one JSON value, checking it as msgspec would (strings must be valid UTF-8); NULL if it is not. Its
- * strings go to tape unless that is NULL. */
-static const char *skip_value(const char *p, const char *e, int depth, Tape *tape) {
-    const char *s, *at = p;
-    Py_ssize_t n;
-    int flags, integral;
-    if (p >= e || depth > MAX_DEPTH) return NULL;
-    switch (*p) {
-    case '"':
-        p = scan_string(p, e, &s, &n, &flags);
-        if (p && (flags & HIGH)) {
-            if (!utf8_valid((const unsigned char *)s, n)) return NULL;
-            flags |= UTF8_OK;
-        }
-        if (p && (flags & ESCAPED) && !escapes_valid(s, n)) return NULL;
-        if (p && tape) tape_add(tape, at, s, n, flags);
-        return p;
-    case '{':
-        p = ws(p + 1, e);
-        if (p < e && *p == '}') return p + 1;
-        for (;;) {
-            if (p >= e || *p != '"') return NULL;
-            p = skip_value(p, e, depth + 1, tape);
-            if (!p) return NULL;
-            p = ws(p, e);
-            if (p >= e || *p != ':') return NULL;
-            p = skip_value(ws(p + 1, e), e, depth + 1, tape);
-            if (!p) return NULL;
-            p = ws(p, e);
-            if (p < e && *p == '}') return p + 1;
-            if (p >= e || *p != ',') return NULL;
-            p = ws(p + 1, e);
-        }
-    case '[':
-        p = ws(p + 1, e);
-        if (p < e && *p == ']') return p + 1;
-        for (;;) {
-            p = skip_value(p, e, depth + 1, tape);
-            if (!p) return NULL;
-            p = ws(p, e);
-            if (p < e && *p == ']') return p + 1;
-            if (p >= e || *p != ',') return NULL;
-            p = ws(p + 1, e);
-        }
-    case 't':
-        return e - p >= 4 && !memcmp(p, "true", 4) ? p + 4 : NULL;
-    case 'f':
-        return e - p >= 5 && !memcmp(p, "false", 5) ? p + 5 : NULL;
-    case 'n':
-        return e - p >= 4 && !memcmp(p, "null", 4) ? p + 4 : NULL;
-    default:
-        return scan_number(p, e, &integral);
-    }
-}
-
-static inline int is_null(const char *p, const char *e) { return e - p >= 4 && !memcmp(p, "null", 4); }
-
 /* A JSON integer that fits an int64 with room to spare (at most 18 digits). */
 static const char *scan_int64(const char *p, const char *e, int64_t *out) {
     int integral;
@@ -425,24 +155,6 @@ static const char *scan_int64(const char *p, const char *e, int64_t *out) {
     for (; d < end; d++) v = v * 10 + (*d - '0');
     *out = *p == '-' ? -v : v;
     return end;
-}
-
-static int hex4(const char *s, uint32_t *out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (uint32_t)(c - 'A' + 10);
-        else
-            return 0;
-    }
-    *out = v;
-    return 1;
 }
 
 static int put_utf8(Buf *b, uint32_t cp) {
@@ -514,62 +226,6 @@ static int unescape(Buf *out, const char *s, Py_ssize_t n) {
     return HANDLED;
 }
 
-/* Whether msgspec reads a string's escapes (what unescape reads without leaving it): skip_value checks the
- * strings of members nobody reads with it, so that a message msgspec refuses is never decoded here. */
-static int escapes_valid(const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] != '\\') continue;
-        if (++i >= n) return 0;
-        if (strchr("\"\\/bfnrt", s[i]) && s[i]) continue;
-        uint32_t cp, low;
-        if (s[i] != 'u' || i + 4 >= n || !hex4(s + i + 1, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return 0;
-        i += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (i + 6 >= n || s[i + 1] != '\\' || s[i + 2] != 'u' || !hex4(s + i + 3, &low) || low < 0xDC00 ||
-                low > 0xDFFF)
-                return 0;
-            i += 6;
-        }
-    }
-    return 1;
-}
-
-static const char HEX[] = "0123456789abcdef";
-
-/* Text as a JSON string, escaped as msgspec escapes it. */
-static int put_json_string(Buf *b, const char *s, Py_ssize_t n) {
-    if (grow(b, n + 2)) return -1;
-    b->p[b->n++] = '"';
-    Py_ssize_t run = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        if (put(b, s + run, i - run)) return -1;
-        run = i + 1;
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        int len = 2;
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        default:
-            esc[1] = 'u';
-            esc[2] = '0';
-            esc[3] = '0';
-            esc[4] = HEX[c >> 4];
-            esc[5] = HEX[c & 15];
-            len = 6;
-        }
-        if (put(b, esc, len)) return -1;
-    }
-    if (put(b, s + run, n - run)) return -1;
-    return put1(b, '"');
-}
-
 /* Whether each escape in a string's text is the one put_json_string writes for the character it stands for:
  * then the text is already as msgspec writes it (producers escape quotes in JSON columns, for one). */
 static int escapes_as_written(const char *s, Py_ssize_t n) {
@@ -616,8 +272,8 @@ static int ascii(const char *s, Py_ssize_t n) {
 /* msgspec's own JSON encoder, which writes every other float of the changelog (set at import). */
 static PyObject *float_encode;
 
-/* A float as msgspec writes it, by msgspec itself: its shortest-digits formatting costs a tenth of Python's
- * repr for a double of a large or small exponent (measured: 0.1 against 1.5 us for 9.454044945906171e209). */
+/* A float as msgspec writes it, by msgspec itself: its shortest-digits formatting is much cheaper than Python's
+ * repr for a double of a large or small exponent (figures: benchmarks/results.md, "Native helpers"). */
 static int put_float(Buf *b, double d) {
     PyObject *number = PyFloat_FromDouble(d);
     if (!number) return -1;
@@ -663,8 +319,8 @@ static const Power *pow5;
 static PyObject *pow5_table; /* the bytes pow5 points into, held for the module's life */
 
 /* The double nearest a JSON number's text (its syntax checked, at most 511 bytes), as strtod finds it. glibc's
- * strtod takes about 3,300 instructions for the long, tiny doubles TiCDC writes in full, so this tries two exact
- * shortcuts first and asks strtod only where they cannot decide:
+ * strtod is slow for the long, tiny doubles TiCDC writes in full (benchmarks/results.md, "Native helpers"), so
+ * this tries two exact shortcuts first and asks strtod only where they cannot decide:
  *  - at most 2^53 for the digits and |exponent| <= 22: both are exact doubles, and one IEEE multiplication or
  *    division rounds their product correctly (Clinger);
  *  - otherwise, up to 19 significant digits: the digits times 5^q from the table, kept to 128 bits, lie within 2
@@ -1025,7 +681,7 @@ static void rewind_to(Out *o, const Mark *m) {
 static void out_free(Out *o) {
     Buf *all[OUT_BUFS];
     out_bufs(o, all);
-    for (int i = 0; i < OUT_BUFS; i++) free(all[i]->p);
+    for (int i = 0; i < OUT_BUFS; i++) buf_free(all[i]);
 }
 
 static int put_padded(Buf *b, int64_t v) { /* "%020d" */
@@ -1375,7 +1031,7 @@ static int decode_one(Ctx *x, Out *o, const char *p, const char *e, int64_t offs
     return HANDLED;
 }
 
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->n); }
+static PyObject *bytes_of(Buf *b) { return buf_finish(b); }
 
 /* As cdclake.native.compiled.variable_array takes a column: (validity, offsets, data, null count), -1 for "count them". */
 static PyObject *strings_of(Strings *s) {
@@ -1442,84 +1098,23 @@ done:
     PyBuffer_Release(&record_offsets);
     if (valid.obj) PyBuffer_Release(&valid);
     out_free(&o);
-    free(left.p);
+    buf_free(&left);
     free(x.data_slots);
     free(x.old_slots);
-    free(x.data_row.p);
-    free(x.old_row.p);
-    free(x.scratch.p);
-    free(x.seen_types.p);
-    free(x.seen_pk.p);
-    free(x.seen_codes.p);
+    buf_free(&x.data_row);
+    buf_free(&x.old_row);
+    buf_free(&x.scratch);
+    buf_free(&x.seen_types);
+    buf_free(&x.seen_pk);
+    buf_free(&x.seen_codes);
     free(x.data_tape.tokens);
     free(x.old_tape.tokens);
     Py_XDECREF(x.last_key);
     return result;
 }
 
-/* ------------------------------------------------------------------------------- images of the Python decoders */
-
-/* A row image as msgspec writes it (a compact JSON object) made into the changelog's form, where every member's
- * value is a string or null: a number, true or false goes between quotes as it is written, an object or array
- * becomes a string of its JSON text. decode_one writes `after` so itself; this does it for the images of every
- * format the Python decoders read, in a fraction of the time a Python pass over the values takes (see
- * changelog._image_json; its Python twin, _image_texts, is the tests' reference). */
-static PyObject *image_texts(PyObject *module, PyObject *arg) {
-    (void)module;
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "image_texts takes the bytes of a JSON object");
-        return NULL;
-    }
-    const char *p = PyBytes_AS_STRING(arg), *e = p + PyBytes_GET_SIZE(arg), *s;
-    Py_ssize_t n;
-    int flags;
-    Buf out = {NULL, 0, 0};
-    PyObject *result = NULL;
-    if (grow(&out, 2 * (e - p) + 2)) goto done; /* as a rule twice as long at most: one allocation */
-    if (p >= e || *p != '{' || put1(&out, '{')) goto bad;
-    p++;
-    if (p < e && *p == '}') {
-        p++;
-    } else {
-        for (;;) {
-            const char *at = p, *end;
-            if (p >= e || *p != '"' || !(p = scan_string(p, e, &s, &n, &flags)) || p >= e || *p != ':') goto bad;
-            if (put(&out, at, p + 1 - at)) goto done;
-            at = ++p;
-            if (p >= e) goto bad;
-            if (*p == '"') {
-                if (!(end = scan_string(p, e, &s, &n, &flags)) || put(&out, at, end - at)) goto bad;
-            } else if (is_null(p, e)) {
-                end = p + 4;
-                if (put(&out, at, 4)) goto done;
-            } else { /* a number, true, false, an object or an array: its text as a JSON string */
-                if (!(end = skip_value(p, e, 0, NULL))) goto bad;
-                if (put_json_string(&out, p, end - p)) goto done;
-            }
-            p = end;
-            if (p < e && *p == '}') {
-                p++;
-                break;
-            }
-            if (p >= e || *p != ',' || put1(&out, ',')) goto bad;
-            p++;
-        }
-    }
-    if (p != e || put1(&out, '}')) goto bad;
-    result = PyBytes_FromStringAndSize(out.p, out.n);
-    goto done;
-bad:
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "image_texts: not a compact JSON object");
-done:
-    free(out.p);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
-    {"image_texts", image_texts, METH_O,
-     "image_texts(image: bytes) -> bytes\n\nA compact JSON object with every value a string or null: numbers, "
-     "true and false quoted, objects and arrays as their JSON text."},
     {NULL, NULL, 0, NULL},
 };
 

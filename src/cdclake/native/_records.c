@@ -3,10 +3,7 @@
  * msgspec does and returns None for anything else (an escape, an unknown or duplicate member, a number out of
  * its column's range...), so that the Python path, which says what is wrong with a line, stays the reference. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "common.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <tmmintrin.h> /* SSSE3, used only where the CPU has it (init_b64) */
 #define B64_SIMD
@@ -16,83 +13,34 @@
 #error "the base64 decoder stores little-endian words (setup.py's optional build then leaves Python to read)"
 #endif
 
-/* A column buffer growing in place inside a bytes object, so that it is handed to Arrow without a copy. */
-typedef struct {
-    PyObject *obj;
-    char *data;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_init(Buf *b, Py_ssize_t cap) {
-    b->obj = PyBytes_FromStringAndSize(NULL, cap);
-    if (!b->obj) return -1;
-    b->data = PyBytes_AS_STRING(b->obj);
-    b->len = 0;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap * 2 > b->len + extra ? b->cap * 2 : b->len + extra;
-    if (_PyBytes_Resize(&b->obj, cap) < 0) return -1;
-    b->data = PyBytes_AS_STRING(b->obj);
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_append(Buf *b, const char *s, Py_ssize_t n) {
-    if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    return 0;
-}
-
-/* The bytes object holding exactly the buffer's contents; the Buf gives up its reference. */
-static PyObject *buf_finish(Buf *b) {
-    PyObject *obj = b->obj;
-    b->obj = NULL;
-    if (_PyBytes_Resize(&obj, b->len) < 0) return NULL;
-    return obj;
-}
-
-/* Adds a row's bit to a validity bitmap (a new byte every 8 rows). */
-static int bitmap_push(Buf *valid, Py_ssize_t row, int set) {
-    if (row % 8 == 0) {
-        if (buf_reserve(valid, 1) < 0) return -1;
-        valid->data[valid->len++] = 0;
-    }
-    if (set) valid->data[row / 8] |= (char)(1 << (row % 8));
-    return 0;
-}
-
 /* A variable-length column (binary or string): int32 offsets, data and, when nullable, a validity bitmap. */
 typedef struct {
     Buf offsets, data, valid;
     Py_ssize_t nulls;
+    int nullable;
 } Column;
 
 static int column_init(Column *c, Py_ssize_t rows, Py_ssize_t data_cap, int nullable) {
-    if (buf_init(&c->offsets, 4 * (rows + 1)) < 0 || buf_init(&c->data, data_cap) < 0) return -1;
-    if (nullable && buf_init(&c->valid, (rows + 7) / 8) < 0) return -1;
-    memset(c->offsets.data, 0, 4);
-    c->offsets.len = 4;
-    return 0;
+    int32_t zero = 0;
+    if (grow(&c->offsets, 4 * (rows + 1)) < 0 || put(&c->offsets, &zero, 4) < 0 || grow(&c->data, data_cap) < 0)
+        return -1;
+    c->nullable = nullable;
+    return nullable ? grow(&c->valid, (rows + 7) / 8) : 0;
 }
 
 static void column_free(Column *c) {
-    Py_CLEAR(c->offsets.obj);
-    Py_CLEAR(c->data.obj);
-    Py_CLEAR(c->valid.obj);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
+    buf_free(&c->valid);
 }
 
 /* Ends the column's current row (null or not); fails when the data outgrows int32 offsets. */
 static int column_end_row(Column *c, int null) {
-    Py_ssize_t row = c->offsets.len / 4 - 1;
-    int32_t end = (int32_t)c->data.len;
-    if (c->data.len > INT32_MAX || buf_append(&c->offsets, (const char *)&end, 4) < 0) return -1;
+    Py_ssize_t row = c->offsets.n / 4 - 1;
+    int32_t end = (int32_t)c->data.n;
+    if (c->data.n > INT32_MAX || put(&c->offsets, (const char *)&end, 4) < 0) return -1;
     c->nulls += null;
-    return c->valid.obj ? bitmap_push(&c->valid, row, !null) : 0;
+    return c->nullable ? set_bit(&c->valid, row, !null) : 0;
 }
 
 /* (validity or None, offsets, data, null count) */
@@ -125,7 +73,7 @@ typedef struct {
 
 /* JSON's whitespace only: msgspec rejects the other bytes str.strip() removes. */
 static void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) c->p++;
+    c->p = (const unsigned char *)ws((const char *)c->p, (const char *)c->end);
 }
 
 static int expect(Cursor *c, char ch) {
@@ -152,34 +100,6 @@ static int take_null(Cursor *c) {
     return 0;
 }
 
-/* Strict UTF-8 as Python decodes it: no overlong forms, surrogates or code points past U+10FFFF. */
-static int valid_utf8(const unsigned char *s, const unsigned char *end) {
-    while (s < end) {
-        unsigned char b = *s;
-        if (b < 0x80) {
-            s++;
-            continue;
-        }
-        int more;
-        unsigned char low = 0x80, high = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) more = 1;
-        else if (b >= 0xE0 && b <= 0xEF) {
-            more = 2;
-            if (b == 0xE0) low = 0xA0;
-            if (b == 0xED) high = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            more = 3;
-            if (b == 0xF0) low = 0x90;
-            if (b == 0xF4) high = 0x8F;
-        } else return 0;
-        if (end - s <= more || s[1] < low || s[1] > high) return 0;
-        for (int i = 2; i <= more; i++)
-            if ((s[i] & 0xC0) != 0x80) return 0;
-        s += more + 1;
-    }
-    return 1;
-}
-
 /* The raw text of a string without escapes or control characters (both left to msgspec). */
 static int take_plain_string(Cursor *c, const unsigned char **start, Py_ssize_t *len) {
     if (expect(c, '"') < 0) return -1;
@@ -198,8 +118,8 @@ static int take_plain_string(Cursor *c, const unsigned char **start, Py_ssize_t 
 static int take_text(Cursor *c, Column *col) {
     const unsigned char *s;
     Py_ssize_t n;
-    if (take_plain_string(c, &s, &n) < 0 || !valid_utf8(s, s + n)) return -1;
-    return buf_append(&col->data, (const char *)s, n);
+    if (take_plain_string(c, &s, &n) < 0 || !utf8_valid(s, n)) return -1;
+    return put(&col->data, (const char *)s, n);
 }
 
 /* Each character's 6 bits already in place for its position in a group of 4, little-endian, so that a group is
@@ -297,8 +217,8 @@ static int take_base64(Cursor *c, Column *col) {
     int pad = n && s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
     Py_ssize_t size = n / 4 * 3 - pad;
     /* Each group is stored as 4 bytes, the 4th (and padding's) overwritten by what comes next. */
-    if (buf_reserve(&col->data, n / 4 * 3 + 16) < 0) return -1; /* a block's store writes 16 */
-    unsigned char *out = (unsigned char *)col->data.data + col->data.len;
+    if (grow(&col->data, n / 4 * 3 + 16) < 0) return -1; /* a block's store writes 16 */
+    unsigned char *out = (unsigned char *)col->data.p + col->data.n;
     const unsigned char *last = pad ? close - 4 : close;
 #ifdef B64_SIMD
     if (b64_simd) s = b64_blocks(s, last, &out);
@@ -313,7 +233,7 @@ static int take_base64(Cursor *c, Column *col) {
         if (v & B64_BAD) return -1;
         memcpy(out, &v, 4);
     }
-    col->data.len += size;
+    col->data.n += size;
     return 0;
 }
 
@@ -397,14 +317,14 @@ static int read_line(Batch *b, const unsigned char *line, Py_ssize_t size) {
     skip_ws(&c);
     if (c.p != c.end || (seen & REQUIRED) != REQUIRED) return -1;
 
-    if (b->header_names.offsets.len / 4 - 1 > INT32_MAX) return -1;
-    int32_t p32 = (int32_t)partition, headers = (int32_t)(b->header_names.offsets.len / 4 - 1);
+    if (b->header_names.offsets.n / 4 - 1 > INT32_MAX) return -1;
+    int32_t p32 = (int32_t)partition, headers = (int32_t)(b->header_names.offsets.n / 4 - 1);
     int64_t us = timestamp * 1000;
     b->timestamp_nulls += timestamp_null;
-    if (buf_append(&b->partition, (const char *)&p32, 4) < 0 || buf_append(&b->offset, (const char *)&offset, 8) < 0
-        || buf_append(&b->timestamp, (const char *)&us, 8) < 0
-        || bitmap_push(&b->timestamp_valid, b->rows, !timestamp_null) < 0
-        || buf_append(&b->header_offsets, (const char *)&headers, 4) < 0 || column_end_row(&b->key, key_null) < 0
+    if (put(&b->partition, (const char *)&p32, 4) < 0 || put(&b->offset, (const char *)&offset, 8) < 0
+        || put(&b->timestamp, (const char *)&us, 8) < 0
+        || set_bit(&b->timestamp_valid, b->rows, !timestamp_null) < 0
+        || put(&b->header_offsets, (const char *)&headers, 4) < 0 || column_end_row(&b->key, key_null) < 0
         || column_end_row(&b->value, value_null) < 0 || column_end_row(&b->topic, 0) < 0)
         return -1;
     b->rows++;
@@ -417,11 +337,11 @@ static void batch_free(Batch *b) {
     column_free(&b->topic);
     column_free(&b->header_names);
     column_free(&b->header_values);
-    Py_CLEAR(b->partition.obj);
-    Py_CLEAR(b->offset.obj);
-    Py_CLEAR(b->timestamp.obj);
-    Py_CLEAR(b->timestamp_valid.obj);
-    Py_CLEAR(b->header_offsets.obj);
+    buf_free(&b->partition);
+    buf_free(&b->offset);
+    buf_free(&b->timestamp);
+    buf_free(&b->timestamp_valid);
+    buf_free(&b->header_offsets);
 }
 
 static int batch_init(Batch *b, Py_ssize_t rows, Py_ssize_t text) {
@@ -429,13 +349,12 @@ static int batch_init(Batch *b, Py_ssize_t rows, Py_ssize_t text) {
     /* Decoded base64 is at most 3/4 of the text, and values are nearly all of it: one allocation, trimmed. */
     if (column_init(&b->key, rows, 64, 1) < 0 || column_init(&b->value, rows, text / 4 * 3 + 4, 1) < 0
         || column_init(&b->topic, rows, 64, 0) < 0 || column_init(&b->header_names, 16, 64, 0) < 0
-        || column_init(&b->header_values, 16, 64, 1) < 0 || buf_init(&b->partition, 4 * rows) < 0
-        || buf_init(&b->offset, 8 * rows) < 0 || buf_init(&b->timestamp, 8 * rows) < 0
-        || buf_init(&b->timestamp_valid, (rows + 7) / 8) < 0 || buf_init(&b->header_offsets, 4 * (rows + 1)) < 0)
+        || column_init(&b->header_values, 16, 64, 1) < 0 || grow(&b->partition, 4 * rows) < 0
+        || grow(&b->offset, 8 * rows) < 0 || grow(&b->timestamp, 8 * rows) < 0
+        || grow(&b->timestamp_valid, (rows + 7) / 8) < 0 || grow(&b->header_offsets, 4 * (rows + 1)) < 0)
         return -1;
-    memset(b->header_offsets.data, 0, 4);
-    b->header_offsets.len = 4;
-    return 0;
+    int32_t zero = 0;
+    return put(&b->header_offsets, &zero, 4);
 }
 
 static PyObject *read_captured(PyObject *module, PyObject *lines) {

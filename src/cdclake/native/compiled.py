@@ -1,7 +1,8 @@
 """The compiled twins of cdclake's hot paths (C extensions that setup.py builds where a compiler is present):
-``_records`` reads captured-records files, ``_canal`` decodes Canal-JSON row messages (and makes the row
-images of the other formats texts). Each leaves to the Python code whatever it cannot read exactly as that
-code does, so results never depend on whether it was built; only speed does."""
+``_records`` reads captured-records files, ``_canal`` decodes Canal-JSON row messages, ``_images`` makes the
+row images of every other format the changelog's texts; they share ``common.h``. Each leaves to the Python
+code whatever it cannot read exactly as that code does, so results never depend on whether it was built;
+only speed does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import struct
 
 import pyarrow as pa
 
-EXTENSIONS = ("cdclake.native._canal", "cdclake.native._records")
+EXTENSIONS = ("cdclake.native._canal", "cdclake.native._images", "cdclake.native._records")
 
 logger = logging.getLogger("cdclake")
 

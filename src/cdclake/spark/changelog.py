@@ -39,9 +39,9 @@ from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.session import task_slots
 
 try:
-    from cdclake.native import _canal
+    from cdclake.native import _images
 except ImportError:  # built where a compiler was at hand; the Python twin gives the same bytes
-    _canal = None
+    _images = None
 
 RECORD_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                  "timestampType int, headers array<struct<key:string,value:binary>>")
@@ -132,7 +132,7 @@ def _image_json(image: Row | None, untyped: bool, floats: tuple[str, ...] = ()) 
     a number, true or false through a JSON writer made for that value: nearly half of its parsing time went there
     (and it re-renders ``1e16`` as ``1.0E16``). A float is msgspec's shortest text, as the compiled decoder writes
     it; in a column without a type, its exact Python text. This runs for every change, so a typed image is
-    encoded as it is and then made texts by ``_canal.image_texts`` where that was built, about twice as fast as
+    encoded as it is and then made texts by ``_images.image_texts`` where that was built, about twice as fast as
     its Python twin, :func:`_image_texts`, which gives the same bytes. ``floats`` names the image's FLOAT and
     DOUBLE columns: msgspec writes a NaN or an infinity as null, so an image holding one is made texts in Python,
     which writes Java's text for it."""
@@ -140,9 +140,9 @@ def _image_json(image: Row | None, untyped: bool, floats: tuple[str, ...] = ()) 
         return None
     if untyped:
         return _image_texts(image, untyped=True)
-    if _canal is not None and not (floats and any(non_finite(image.get(name)) for name in floats)):
+    if _images is not None and not (floats and any(non_finite(image.get(name)) for name in floats)):
         try:
-            return _canal.image_texts(_json.encode(image))
+            return _images.image_texts(_json.encode(image))
         except ValueError:  # a value nested deeper than the C scanner follows: the Python twin has no limit
             pass
     return _image_texts(image, untyped=False)

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from cdclake.cli.main import app
 from cdclake.formats import create
-from cdclake.formats.canal.json import converter, ddl_type, java_type
+from cdclake.formats.canal.encoder import ddl_type, java_type
+from cdclake.formats.canal.json import converter
 from cdclake.model import types as T
 from cdclake.model import values as V
 from cdclake.model.events import ChangeEvent, Column, pad_position

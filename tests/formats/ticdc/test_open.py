@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cdclake import formats
 from cdclake.cli.main import app
-from cdclake.formats.ticdc.open import go_quote_bytes, go_unquote_bytes
+from cdclake.formats.ticdc.open_protocol import go_quote_bytes, go_unquote_bytes
 from cdclake.model import values as V
 from cdclake.model.events import ChangeEvent, Column, pad_position
 from cdclake.model.records import Record, write_records
@@ -662,7 +662,7 @@ def test_escapes_of_non_characters_fail():
 
 def general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans without their generated reader: every column map takes the general path."""
-    monkeypatch.setattr("cdclake.formats.ticdc.open._Plan.compile", lambda plan: None)
+    monkeypatch.setattr("cdclake.formats.ticdc.open_plan.Plan.compile", lambda plan: None)
 
 
 def test_shapes_of_one_name_set_are_kept_apart():

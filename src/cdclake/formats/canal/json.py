@@ -34,12 +34,7 @@ exact ``commitTs`` orders transactions, TiDB merges a row's changes in one trans
 the position is the kind of change alone (``1`` delete, ``2`` update, ``3`` insert: TiCDC's order, so the
 delete half of a key change precedes the insert half), so a redelivered copy is an exact replay.
 
-The encoder writes what each producer writes (option ``flavour``): ``canal`` (full type text, partial
-``old``, null members written, members in alphabetical order as fastjson writes them), ``tidb`` (``_tidb``
-with the commit TSO, base-type ``mysqlType``, complete ``old``, plain-notation floats, watermarks for
-``resolved`` events, whole-value compression) and ``dts`` (``INIT`` for snapshot reads, ``DDL`` type, members
-that do not apply omitted, legacy layout with ``dts-legacy-swap``). Canal and DTS cannot carry ``resolved``
-events; the encoder leaves them out.
+The encoder (``canal/encoder.py``) writes what each producer writes (option ``flavour``).
 """
 
 from __future__ import annotations
@@ -47,7 +42,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Sequence
-from decimal import Decimal
 from functools import partial
 from typing import Any, ClassVar, Final, Literal
 
@@ -62,10 +56,13 @@ from cdclake.formats.base import (
     Failure,
     Format,
     Option,
+    decode_message,
     layout_id,
     reason,
     struct_name_ok,
 )
+from cdclake.formats.canal import encoder
+from cdclake.formats.canal.encoder import WATERMARK, Texts
 from cdclake.model import ddl as ddl_text
 from cdclake.model import types as T
 from cdclake.model import values as V
@@ -94,7 +91,6 @@ try:
 except ImportError:  # built at install where a C compiler is present; the Python decoder does the same work
     _canal = None
 
-Texts = dict[str, str | None]
 
 # Canal's DDL event types (open source, TiCDC) and DTS's single "DDL".
 _DDL_TYPES: Final = frozenset(("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "QUERY", "TRUNCATE",
@@ -102,7 +98,6 @@ _DDL_TYPES: Final = frozenset(("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "
 # Canal EventType members that are not changes; not expected in flat messages, skipped if they appear.
 _CONTROL_TYPES: Final = frozenset(("GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT"))
 _ROW_OPS: Final = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE, "INIT": READ}
-_WATERMARK: Final = "TIDB_WATERMARK"
 _TRUNCATE_SQL: Final = re.compile(r"^\s*(?:/\*.*?\*/\s*)*truncate\b", re.IGNORECASE | re.DOTALL)
 
 # java.sql.Types code → type text, for columns whose mysqlType is missing or empty. UNSIGNED promotion
@@ -395,16 +390,6 @@ def _decompressor(name: str) -> Callable[[bytes], bytes]:
     return lz4.frame.decompress
 
 
-def _compressor(name: str) -> Callable[[bytes], bytes]:
-    if name == "snappy":
-        import snappy
-
-        return snappy.compress
-    import lz4.frame
-
-    return lz4.frame.compress
-
-
 class CanalJson(Format):
     name = "canal-json"
     options = (
@@ -565,12 +550,7 @@ class CanalJson(Format):
                         self._credit += 1
                     return got
                 self._credit -= _MISS_COST
-        try:
-            msg = _decoder.decode(value)
-        except msgspec.ValidationError as exc:
-            raise DecodeError(f"not a Canal-JSON message: {exc}") from None
-        except msgspec.DecodeError as exc:
-            raise DecodeError(f"invalid JSON: {exc}") from None
+        msg = decode_message(_decoder, value, "Canal-JSON")
         kind = msg.type
         # isDdl decides (canal-json.md §10 item 2; TiCDC's rule too): a DDL whatever its type says, its data and
         # old ignored. A row type with no statement is neither a DDL nor a change that can be trusted.
@@ -583,7 +563,7 @@ class CanalJson(Format):
             return self._rows(msg, op, record.offset, source)
         if kind in _DDL_TYPES:
             return [self._ddl(msg, record.offset, source)]
-        if kind == _WATERMARK:
+        if kind == WATERMARK:
             if msg.tidb is None or msg.tidb.watermarkTs is None:
                 raise DecodeError("TIDB_WATERMARK message without _tidb.watermarkTs")
             return [ChangeEvent(kind=RESOLVED, commit_ts=msg.tidb.watermarkTs, source=source)]
@@ -639,34 +619,18 @@ class CanalJson(Format):
             where = f" (full message at {tidb.claimCheckLocation})" if tidb.claimCheckLocation else ""
             raise DecodeError(f"{msg.type} carries only the handle-key columns{where}: the row cannot be "
                               f"applied")
-        # The schema cache's hit test and Schema.rows' fast path, inlined: this is the path of every
-        # message the one-pass decode does not take. Per table, the cache holds the last layout seen:
-        # comparing raw members is cheaper than hashing them.
+        # The schema cache's hit test, inlined: this is the path of every message the one-pass decode does
+        # not take. Per table, the cache holds the last layout seen: comparing raw members is cheaper than
+        # hashing them.
         schema = self._schemas.get((msg.database, msg.table))
         if (schema is None or msg.mysqlType != schema.types_raw or msg.pkNames != schema.pk_raw
                 or (schema.codes_raw is not None and msg.sqlType != schema.codes_raw)):
             schema = self._schema(msg)
         self._guess = schema
-        fast = schema.fast if not schema.post else None
-        data: list[Row] | None = None
-        extra = _NO_NAMES
-        if fast is None:
-            data, extra = schema.rows(msg.data, "data")
-        else:
-            try:
-                data = _to_builtins(fast.decode(msg.data))
-            except (ValueError, ArithmeticError, UnicodeError):  # msgspec.ValidationError is a ValueError
-                data, extra = schema.rows(msg.data, "data")
+        data, extra = schema.rows(msg.data, "data")
         old: list[Row] | None = None
         if op == UPDATE or (op == DELETE and (self._swap or not data)):
-            old_extra = _NO_NAMES
-            if fast is None:
-                old, old_extra = schema.rows(msg.old, "old")
-            else:
-                try:
-                    old = _to_builtins(fast.decode(msg.old))
-                except (ValueError, ArithmeticError, UnicodeError):
-                    old, old_extra = schema.rows(msg.old, "old")
+            old, old_extra = schema.rows(msg.old, "old")
             if old_extra:
                 extra = extra + old_extra
         return self._emit(msg, op, tidb, schema, data, old, extra, offset, source)
@@ -796,185 +760,8 @@ class CanalJson(Format):
                 columns=columns, commit_ts=commit_ts, position=position, ts_ms=es, source=source))
         return events
 
-    # ---------------------------------------------------------------------------------------- encoding
-
     def encode(self, events: Iterable[ChangeEvent]) -> list[Record]:
-        flavour = self.settings["flavour"]
-        compression = self.settings["compression"]
-        compress = _compressor(compression) if flavour == "tidb" and compression != "none" else None
-        records: list[Record] = []
-        for event in events:
-            message = self._message(event, flavour, len(records) + 1)
-            if message is None:
-                continue
-            if flavour == "dts":
-                message = {name: value for name, value in message.items() if value is not None}
-            value = _encoder.encode(message)
-            if compress is not None:
-                value = compress(value)
-            records.append(Record(value=value, offset=len(records), timestamp=message.get("ts")))
-        return records
-
-    def _message(self, e: ChangeEvent, flavour: str, number: int) -> dict[str, Any] | None:
-        if flavour == "tidb" and e.commit_ts is not None:
-            es = e.commit_ts >> 18  # the physical part of the TSO, as TiCDC writes es
-        elif e.ts_ms is not None:
-            es = e.ts_ms
-        else:
-            es = e.commit_ts or 0
-        if e.kind == RESOLVED:
-            if flavour != "tidb" or e.commit_ts is None:
-                return None
-            return _tidb_order(database="", table="", type=_WATERMARK, es=es, ts=es,
-                               watermark=e.commit_ts)
-        if e.kind in (DDL, TRUNCATE):
-            sql = e.ddl or ""
-            if e.kind == TRUNCATE:
-                sql = e.ddl or f"TRUNCATE TABLE {ddl_text.qualified(e.database, e.table)}"
-                kind = "DDL" if flavour == "dts" else "TRUNCATE"
-            else:
-                kind = "DDL" if flavour == "dts" else ddl_type(sql)
-            database, table = ddl_text.message_table(sql, e.database, e.table)
-            if flavour == "tidb":
-                return _tidb_order(database=database or "", table=table or "", type=kind, es=es, ts=es,
-                                   sql=sql, is_ddl=True, commit_ts=e.commit_ts)
-            return _canal_order(database=database or "", table=table or "", type=kind, es=es,
-                                ts=es, id=number, sql=sql, is_ddl=True)
-        if e.kind != ROW:
-            raise ValueError(f"canal-json cannot encode a {e.kind!r} event")
-        return self._row_message(e, flavour, es, number)
-
-    def _row_message(self, e: ChangeEvent, flavour: str, es: int, number: int) -> dict[str, Any]:
-        columns = e.columns or [Column(name) for name in {**(e.before or {}), **(e.after or {})}]
-        key_names = [c.name for c in columns if c.key] or list(e.key or ())
-        parsed = {c.name: parse_type(c.type if c.type != UNKNOWN_TYPE else None) for c in columns}
-        zone = self._zone
-        tidb = flavour == "tidb"
-        text_of = _tidb_text if tidb else V.to_text
-
-        def texts(row: Row | None) -> Texts | None:
-            if row is None:
-                return None
-            return {name: text_of(value, parsed.get(name) or _UNKNOWN, zone) for name, value in row.items()}
-
-        after, before = texts(e.after), texts(e.before)
-        sample = after if after is not None else before or {}
-        kind = {INSERT: "INSERT", UPDATE: "UPDATE", DELETE: "DELETE"}.get(e.op or "")
-        if e.op == READ:
-            kind = "INIT" if flavour == "dts" else "INSERT"
-        if kind is None:
-            raise ValueError(f"canal-json cannot encode op {e.op!r}")
-        data: list[Texts] | None
-        old: list[Texts] | None = None
-        if kind == "DELETE":
-            data = [before if before is not None else after or {}]
-            if flavour == "dts" and self._swap:
-                data, old = None, data
-        else:
-            data = [after if after is not None else {}]
-            if kind == "UPDATE" and before is not None:
-                if flavour == "canal":
-                    # Canal's old holds the columns whose text changed.
-                    new = data[0]
-                    old = [{name: text for name, text in before.items() if new.get(name, _ABSENT) != text}]
-                elif flavour == "dts" and self._swap:
-                    data, old = [before], data
-                else:
-                    old = [before]
-        mysql_types = {c.name: _type_text(c, parsed[c.name], tidb) for c in columns}
-        sql_types = {c.name: java_type(parsed[c.name], sample.get(c.name)) for c in columns}
-        if tidb:
-            return _tidb_order(database=e.database or "", table=e.table or "", type=kind, es=es, ts=es,
-                               pk=key_names, sql_types=sql_types, mysql_types=mysql_types, old=old, data=data,
-                               commit_ts=e.commit_ts)
-        return _canal_order(database=e.database or "", table=e.table or "", type=kind, es=es, ts=es,
-                            id=number, pk=key_names or None, sql_types=sql_types, mysql_types=mysql_types,
-                            old=old, data=data)
-
-
-_UNKNOWN: Final = SqlType(T.UNKNOWN, T.UNKNOWN)
-_ABSENT: Final = object()
-
-
-def _canal_order(*, database: str, table: str, type: str, es: int, ts: int, id: int, sql: str = "",
-                 is_ddl: bool = False, pk: list[str] | None = None, sql_types: dict[str, int] | None = None,
-                 mysql_types: dict[str, str] | None = None, old: list[Texts] | None = None,
-                 data: list[Texts] | None = None) -> dict[str, Any]:
-    # fastjson writes members in alphabetical order, nulls included.
-    return {"data": data, "database": database, "es": es, "id": id, "isDdl": is_ddl, "mysqlType": mysql_types,
-            "old": old, "pkNames": pk, "sql": sql, "sqlType": sql_types, "table": table, "ts": ts, "type": type}
-
-
-def _tidb_order(*, database: str, table: str, type: str, es: int, ts: int, sql: str = "", is_ddl: bool = False,
-                pk: list[str] | None = None, sql_types: dict[str, int] | None = None,
-                mysql_types: dict[str, str] | None = None, old: list[Texts] | None = None,
-                data: list[Texts] | None = None, commit_ts: int | None = None,
-                watermark: int | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "id": 0, "database": database, "table": table, "pkNames": pk, "isDdl": is_ddl, "type": type, "es": es,
-        "ts": ts, "sql": sql, "sqlType": sql_types, "mysqlType": mysql_types, "old": old, "data": data}
-    if watermark is not None:
-        message["_tidb"] = {"watermarkTs": watermark}
-    elif commit_ts is not None:
-        message["_tidb"] = {"commitTs": commit_ts}
-    return message
-
-
-def _tidb_text(value: Any, t: SqlType, zone: str | None) -> str | None:
-    """TiCDC writes FLOAT/DOUBLE in plain notation (shortest round-trip digits, never an exponent)."""
-    if t.family in (T.FLOAT, T.DOUBLE) and isinstance(value, float):
-        return format(Decimal(repr(value)), "f")
-    return V.to_text(value, t, zone)
-
-
-def _type_text(column: Column, t: SqlType, base_only: bool) -> str:
-    """``mysqlType`` text: the column's own for Canal and DTS; TiCDC's base name with `` unsigned``."""
-    if column.type == UNKNOWN_TYPE:
-        return ""
-    if not base_only:
-        return column.type
-    unsigned = t.unsigned and t.family in (T.INTEGER, T.DECIMAL, T.FLOAT, T.DOUBLE)
-    return t.name + (" unsigned" if unsigned else "")
-
-
-_JAVA_BY_NAME: Final = {"tinyint": -6, "bool": -6, "boolean": -6, "smallint": 5, "mediumint": 4, "int": 4,
-                        "integer": 4, "bigint": -5, "float": 7, "double": 8, "char": 1, "varchar": 12,
-                        "year": 12, "json": 12, "vector": 12, "enum": 4, "set": -7, "bit": -7, "date": 91,
-                        "time": 92, "datetime": 93, "timestamp": 93}
-_JAVA_BY_FAMILY: Final = {T.DECIMAL: 3, T.TEXT: 2005, T.BINARY: 2004, T.FLOAT: 7, T.DOUBLE: 8, T.INTEGER: 4}
-# UNSIGNED integers whose value exceeds the signed maximum get the next larger code (per row).
-_PROMOTED: Final = {"tinyint": (127, 5), "smallint": (32767, 4), "int": (2**31 - 1, -5),
-                    "integer": (2**31 - 1, -5), "bigint": (2**63 - 1, 3)}
-
-
-def java_type(t: SqlType, text: str | None = None) -> int:
-    """The ``sqlType`` code Canal and TiCDC write for a column type and (for UNSIGNED promotion) a value."""
-    code = _JAVA_BY_NAME.get(t.name) or _JAVA_BY_FAMILY.get(t.family, 1111)
-    if t.unsigned and text is not None and t.name in _PROMOTED:
-        limit, promoted = _PROMOTED[t.name]
-        if text.isdigit() and int(text) > limit:
-            return promoted
-    return code
-
-
-_DDL_KINDS: Final = (
-    (re.compile(r"create\s+(?:temporary\s+)?table\b"), "CREATE"),
-    (re.compile(r"create\s+(?:unique\s+|fulltext\s+|spatial\s+)?index\b"), "CINDEX"),
-    (re.compile(r"drop\s+index\b"), "DINDEX"),
-    (re.compile(r"alter\s+table\b"), "ALTER"),
-    (re.compile(r"drop\s+(?:temporary\s+)?table\b"), "ERASE"),
-    (re.compile(r"rename\s+tables?\b"), "RENAME"),
-    (re.compile(r"truncate\b"), "TRUNCATE"),
-)
-
-
-def ddl_type(sql: str) -> str:
-    """Canal's classification of a DDL statement, as its DDL parser makes it; ``QUERY`` for the rest."""
-    head = re.sub(r"^\s*(?:/\*.*?\*/\s*)*", "", sql, flags=re.DOTALL).lower()
-    for pattern, kind in _DDL_KINDS:
-        if pattern.match(head):
-            return kind
-    return "QUERY"
+        return encoder.encode(events, self.settings)
 
 
 FORMAT = CanalJson

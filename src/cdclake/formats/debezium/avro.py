@@ -5,8 +5,8 @@ by AWS Glue's converter (``0x03``, compression, the schema version's UUID), or w
 Apicurio Registry's (the id in a header, or ``0x00`` and an 8- or 4-byte id: :mod:`cdclake.formats.avro.framing`);
 writer schemas come from the registry named by the ``registry`` option and are compiled once per id. Semantic
 types are read from the ``connect.name``/``connect.parameters`` properties and the ``decimal`` logical type
-into the same :class:`~cdclake.formats.debezium.common.FieldSpec` the JSON converter builds, so both
-converters share every rule of :mod:`cdclake.formats.debezium.common`. Logical types are stripped before
+into the same :class:`~cdclake.formats.debezium.schema.FieldSpec` the JSON converter builds, so both
+converters share every rule of :mod:`cdclake.formats.debezium.converters`. Logical types are stripped before
 fastavro compiles the schema: the common converters want the raw wire values (days, millis, unscaled
 bytes), not fastavro's ``date``/``Decimal`` objects. Union order does not matter (the writer schema says
 which branch was written). Avro record and field names may be sanitised, so table identity comes from
@@ -29,24 +29,19 @@ from cdclake.formats.avro.reader import compile_reader
 from cdclake.formats.avro.registry import registry_from
 from cdclake.formats.avro.registry.base import SchemaRegistry, parse
 from cdclake.formats.base import DecodeError, Option
-from cdclake.formats.debezium.common import (
+from cdclake.formats.debezium.converters import RowShape, Wire
+from cdclake.formats.debezium.encoder import EnvelopeWriter, TableSchema
+from cdclake.formats.debezium.envelope import Source, envelope_events, key_names_of, schema_change_events
+from cdclake.formats.debezium.options import DebeziumFormat
+from cdclake.formats.debezium.schema import (
     CONNECT_DATE,
     CONNECT_TIME,
     CONNECT_TIMESTAMP,
     DECIMAL,
     MICRO_TIME,
     MICRO_TIMESTAMP,
-    DebeziumFormat,
-    EnvelopeWriter,
     FieldSpec,
-    RowShape,
-    Source,
-    TableSchema,
-    Wire,
-    envelope_events,
     envelope_rows,
-    key_names_of,
-    schema_change_events,
     structured,
 )
 from cdclake.model.events import ChangeEvent, Row

@@ -11,8 +11,9 @@ does not name is read as JSON gives it, its column types ``unknown``.
 
 The Kafka key gives the event's ``key`` (converted with the value schema's column converters, which know
 the source types). Tombstones (null value), transaction-metadata and heartbeat values, and op ``m`` carry
-no change and decode to ``[]``; schema-change-topic values become DDL events. Envelope semantics and
-semantic types are in :mod:`cdclake.formats.debezium.common`.
+no change and decode to ``[]``; schema-change-topic values become DDL events. What both converters share
+lives beside this module: ``schema`` (Connect schemas, column types), ``converters`` (wire → canonical
+values), ``envelope`` (envelope → events), ``encoder`` (events → records), ``options``.
 """
 
 from __future__ import annotations
@@ -26,23 +27,11 @@ from typing import Any, Final
 import msgspec
 
 from cdclake.formats.base import DecodeError, Option, struct_name_ok
-from cdclake.formats.debezium.common import (
-    DECIMAL,
-    DebeziumFormat,
-    EnvelopeWriter,
-    FieldSpec,
-    RowShape,
-    Source,
-    TableSchema,
-    Wire,
-    connect_spec,
-    database_of,
-    envelope_events,
-    envelope_rows,
-    key_names_of,
-    schema_change_events,
-    schemaless_columns,
-)
+from cdclake.formats.debezium.converters import RowShape, Wire, schemaless_columns
+from cdclake.formats.debezium.encoder import EnvelopeWriter, TableSchema
+from cdclake.formats.debezium.envelope import Source, database_of, envelope_events, key_names_of, schema_change_events
+from cdclake.formats.debezium.options import DebeziumFormat
+from cdclake.formats.debezium.schema import DECIMAL, FieldSpec, connect_spec, envelope_rows
 from cdclake.model import types as T
 from cdclake.model.events import ChangeEvent, Column, Row
 from cdclake.model.records import Record
@@ -75,7 +64,7 @@ _JSON_KINDS: Final = {str: "a string", list: "an array", bool: "a boolean", int:
                       Decimal: "a number"}
 
 # Connect literal types → the Python type msgspec validates a payload value against (a float may be "NaN",
-# "Infinity" or "-Infinity": see debezium_common._double).
+# "Infinity" or "-Infinity": see converters._double).
 _PY_TYPES: Final[dict[str, Any]] = {
     "int8": int, "int16": int, "int32": int, "int64": int, "float": float | str, "double": float | str, "boolean": bool,
     "string": str, "bytes": str,

@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import msgspec
 
-from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, reason
+from cdclake.formats.base import Decoded, DecodeError, Failure, Format, Option, decode_message, reason
 from cdclake.model import values as V
 from cdclake.model.events import (
     DDL,
@@ -166,12 +166,7 @@ def _millis(text: str) -> int:
 
 
 def _read(value: bytes) -> _Operation:
-    try:
-        msg = _decoder.decode(value)
-    except msgspec.ValidationError as exc:
-        raise DecodeError(f"not a SharePlex JSON message: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"invalid JSON: {exc}") from None
+    msg = decode_message(_decoder, value, "SharePlex JSON")
     meta = msg.meta
     op = _OPS.get(meta.op) or _OPS.get(meta.op.lower().replace(" ", "").replace("_", "").replace("-", ""))
     if op is None:
