@@ -63,7 +63,7 @@ from cdclake.formats.ticdc.open_protocol import (
     VERSION,
     Col,
     Converter,
-    Mismatch,
+    _Mismatch,
     column_spec,
     statement_action,
     timestamp_to_utc,
@@ -393,7 +393,7 @@ class TicdcOpen(Format):
                 continue
             try:
                 row[name] = convert(value)
-            except Mismatch:
+            except _Mismatch:
                 if self._strict:
                     col = cols[name]
                     raise DecodeError(f"column {name!r}: {type(value).__name__} value {value!r:.60} does not fit "

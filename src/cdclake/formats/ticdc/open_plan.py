@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cdclake.formats.ticdc.open_protocol import Col, Converter, Mismatch, to_float
+from cdclake.formats.ticdc.open_protocol import Col, Converter, _Mismatch, to_float
 from cdclake.model.events import Column
 
 
@@ -38,7 +38,7 @@ class Plan:
         general path loops over the columns several times. The checks are those of the general path's
         plan match (type codes, flags, and handle bits in the flag-less encoding)."""
         checks, fields, converts = [], [], []
-        scope: dict[str, Any] = {"Mismatch": Mismatch}
+        scope: dict[str, Any] = {"Mismatch": _Mismatch}
         convert_of = dict(self.converts)
         for i, name in enumerate(self.names):
             flags = self.flags[i]

@@ -138,26 +138,26 @@ def go_quote_bytes(data: bytes) -> str:
 # Type codes → type text and value converters (§5)
 
 
-class Mismatch(Exception):
+class _Mismatch(Exception):
     """A value whose JSON kind does not fit its type code."""
 
 
 def _check_int(v: Any) -> int:
     if type(v) is int:
         return v
-    raise Mismatch
+    raise _Mismatch
 
 
 def _check_text(v: Any) -> str:
     if type(v) is str:
         return v
-    raise Mismatch
+    raise _Mismatch
 
 
 def _to_float32(v: Any) -> float:
     if type(v) is float or type(v) is int:
         return V.float32(v)
-    raise Mismatch
+    raise _Mismatch
 
 
 def to_float(v: Any) -> float:
@@ -165,12 +165,12 @@ def to_float(v: Any) -> float:
         return v
     if type(v) is int:  # Go writes a whole float64 without a fraction
         return float(v)
-    raise Mismatch
+    raise _Mismatch
 
 
 def _b64_checked(v: Any) -> bytes:
     if type(v) is not str:
-        raise Mismatch
+        raise _Mismatch
     try:
         return binascii.a2b_base64(v, strict_mode=True)
     except binascii.Error:
@@ -191,7 +191,7 @@ def _base64_text(v: Any) -> str:
 
 def _escaped_binary(v: Any) -> str:
     if type(v) is not str:
-        raise Mismatch
+        raise _Mismatch
     return V.b64(go_unquote_bytes(v))
 
 
@@ -205,7 +205,7 @@ def _legacy_base64(v: Any) -> str:
 
 
 def _null(v: Any) -> None:
-    raise Mismatch  # only called for a value that is not null
+    raise _Mismatch  # only called for a value that is not null
 
 
 def _geometry(v: Any) -> Any:
