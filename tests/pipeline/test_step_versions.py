@@ -8,7 +8,7 @@ import pytest
 
 from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
 from cdclake.model import ddl as DDL
-from cdclake.pipeline.runner import check_version_space, step_versions
+from cdclake.pipeline.batch import check_version_space, step_versions
 from cdclake.spark import planner
 from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
 

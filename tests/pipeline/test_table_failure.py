@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from deltalake.exceptions import SchemaMismatchError
 
+from cdclake.errors import StopRequested
 from cdclake.lake.delta import LakeError, TableStopped
 from cdclake.model.types import InvalidType
-from cdclake.pipeline.runner import StopRequested, table_failure
+from cdclake.pipeline.batch import table_failure
 
 
 @pytest.mark.parametrize("failure, reason", [
