@@ -10,9 +10,9 @@ from deltalake import write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli.main import app
-from cdclake.cli.status import _reason_class
 from cdclake.lake.delta import DEAD_LETTERS, DeltaSink
 from cdclake.model.records import Record, read_file
+from cdclake.pipeline.inspection import _reason_class
 
 
 def test_dead_letters_group_by_reason_without_the_file_and_line_a_reader_names():

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.cli.status import collect
 from cdclake.lake.delta import CONSISTENT_UP_TO
 from cdclake.model.events import RESOLVED, ChangeEvent
 from cdclake.model.records import Record, write_records
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.batch import BatchReport
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.inspection import collect
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.crashes import crash_at_every_point_then_finish

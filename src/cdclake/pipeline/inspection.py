@@ -1,5 +1,5 @@
-"""What a lake holds: per table rows, last applied change and batch time; dead letters by reason; the tables
-that could not be read, and why."""
+"""What a lake holds, read for ``cdclake status`` and ``cdclake dead-letters``: per table rows, last applied change and
+batch time; dead letters by reason; the tables that could not be read, and why."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from cdclake.errors import LakeError
 from cdclake.lake.delta import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO, read_dataset, read_history
-from cdclake.lake.paths import lake_tables, table_path
+from cdclake.lake.paths import lake_tables, refuse_foreign, table_path
 from cdclake.model.records import Record
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a
@@ -43,6 +44,27 @@ def is_lake(lake: str) -> bool:
     """Whether a local directory is a lake: a run makes its ``_cdclake`` directory before anything else. Delta
     tables at ``<database>/<table>`` alone do not make one (``/tmp`` may hold some of other programs)."""
     return os.path.isdir(os.path.join(lake, "_cdclake"))
+
+
+def check_lake(lake: str) -> None:
+    """Raises ValueError, saying why, unless ``lake`` is a local directory that a run has made a lake of, holding no
+    table under a name of an earlier cdclake (``cdclake migrate-names`` moves those)."""
+    if not os.path.isdir(lake):
+        raise ValueError(f"{lake}: no such lake directory")
+    refused = refuse_foreign(lake)
+    if refused:
+        raise ValueError(refused)
+    if not is_lake(lake):
+        raise ValueError(f"{lake}: not a cdclake lake (no _cdclake directory: no run has written to it)")
+
+
+def check_pipeline(lake: str, pipeline: str) -> None:
+    """Raises ValueError, naming the lake's pipelines, unless ``pipeline`` (a run's ``--name``, or ``NAME.SOURCE``)
+    has recorded a batch or a dead letter in the lake."""
+    known = pipelines(lake)
+    if not has_pipeline(known, pipeline):
+        raise ValueError(f"{lake} has no pipeline {pipeline!r} (its pipelines: "
+                         f"{', '.join(sorted({n.split('.')[0] for n in known})) or 'none yet'})")
 
 
 def pipelines(lake: str) -> list[str]:
@@ -107,11 +129,6 @@ def collect(lake: str) -> dict[str, Any]:
             "dead_letters": dict(reasons.most_common())}
 
 
-def unreadable_tables(state: dict[str, Any]) -> list[str]:
-    """The tables, the lake's own among them, that could not be read."""
-    return [name for name, info in state["tables"].items() if "unreadable" in info] + list(state["unreadable"])
-
-
 # Where a reader's reason starts by naming the file and line it could not read ("<path>:<line>: …"); not a URL's
 # host and port ("http://host:8081: …").
 _LOCATION = re.compile(r"^(?!\S*://)\S+?:\d+: ")
@@ -122,62 +139,20 @@ def _reason_class(reason: str | None) -> str:
     return _LOCATION.sub("", reason or "unknown", count=1).split(": ")[0][:80]
 
 
-def _readable(position: str | None) -> str:
-    """A position without the zeros that pad its numeric parts so that positions compare as text
-    (``events.pad_position``): 00000000000000000000/00000000000000000204/00000000000000000007 reads 0/204/7."""
-    if not position:
-        return "-"
-    return "/".join((part.lstrip("0") or "0") if part.isdigit() else part for part in position.split("/"))
-
-
-def shown(name: str) -> str:
-    """A source's name as one line of text: its own characters, with those a terminal would act on escaped."""
-    return name if name.isprintable() else "".join(
-        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in name)
-
-
-def _former(info: dict[str, Any]) -> str | None:
-    """What became of a table the lake no longer holds under its name: renamed, or dropped."""
-    if info.get("renamed_to"):
-        return f"RENAMED to {info['renamed_to']}"
-    return "DROPPED (no lake table)" if info.get("gone") else None
-
-
-def render(state: dict[str, Any], everything: bool = False) -> str:
-    """The state as a table, by name; the tables dropped or renamed only with ``everything``."""
-    former = {name: _former(info) for name, info in state["tables"].items()}
-    hidden = [] if everything else [name for name, what in former.items() if what]
-    state = {**state, "tables": {name: info for name, info in state["tables"].items() if name not in hidden}}
-    positions = {name: _readable(info.get("position")) for name, info in state["tables"].items()}
-    width = max([len("position"), *map(len, positions.values())])
-    lines = [f"{'table':40} {'rows':>10} {'commit_ts':>20}  {'position':{width}} last batch"]
-    for table, info in state["tables"].items():
-        name = shown(table)
-        if "unreadable" in info:
-            lines.append(f"{name:40} could not be read: {info['unreadable']}")
-            continue
-        flag = f"  STOPPED: {info['stopped']}" if info.get("stopped") else ""
-        if former[table]:
-            flag = f"  {former[table]}{flag}"
-        if info.get("consistent_ts") is not None:
-            flag += f"  consistent up to commit_ts {info['consistent_ts']}"
-        lines.append(f"{name:40} {info['rows']:>10} {info.get('commit_ts') or '-'!s:>20}  "
-                     f"{positions[table]:{width}} {info.get('last_batch_at') or '-'}{flag}")
-    if not state["tables"]:
-        lines.append("(no tables)")
-    if hidden:
-        lines.append(f"({len(hidden):,} dropped or renamed table{'' if len(hidden) == 1 else 's'} not shown: --all)")
-    lines.extend(f"{name:40} could not be read: {why}" for name, why in state["unreadable"].items())
-    total = sum(state["dead_letters"].values())
-    lines.append(f"dead letters: {total}")
-    lines.extend(f"  {count:>8}  {reason}" for reason, count in state["dead_letters"].items())
-    return "\n".join(lines)
-
-
 def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = None,
                  format_name: str | None = None, with_bytes: bool = False) -> pa.Table:
     """The lake's dead letters that match (``reason``: a part of it; ``pipeline``: its name, or name.source), in the
-    order they were recorded; their keys, values and headers only ``with_bytes`` (they may be large, and many)."""
+    order they were recorded; their keys, values and headers only ``with_bytes`` (they may be large, and many). A
+    damaged dead-letter table is a :class:`~cdclake.errors.LakeError` that says so in a line."""
+    try:
+        return _dead_letters(lake, reason, pipeline, format_name, with_bytes)
+    except DAMAGED as exc:
+        raise LakeError(f"{os.path.join(lake, '_cdclake', 'dead_letters')} could not be read: {first_line(exc)}") \
+            from exc
+
+
+def _dead_letters(lake: str, reason: str | None, pipeline: str | None, format_name: str | None,
+                  with_bytes: bool) -> pa.Table:
     table = _open(os.path.join(lake, "_cdclake", "dead_letters"))
     if table is None:
         return DEAD_LETTERS.empty_table()
@@ -195,13 +170,6 @@ def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = No
                     names=[f.name for f in wanted])
     return read.sort_by(
         [(name, "ascending") for name in ("recorded_at", "pipeline", "batch", "topic", "partition", "offset")])
-
-
-def dead_letter_lines(dead: pa.Table) -> list[str]:
-    return [f"{row['topic']}:{row['partition']}:{row['offset']}  {row['format']}  pipeline {row['pipeline']} "
-            f"batch {row['batch']}  {row['reason']}"
-            for row in dead.select(["topic", "partition", "offset", "format", "pipeline", "batch", "reason"])
-            .to_pylist()]
 
 
 def dead_letter_records(dead: pa.Table) -> list[Record]:
