@@ -81,8 +81,8 @@ def _collect(step: planner.RowStep) -> pa.Table:
 class ChangesAhead:
     """The row steps' changes, collected to the driver (a small Spark job each) on threads, a few steps ahead
     of the step being applied: a batch of many tables runs these jobs side by side and alongside the merges
-    instead of one after another (60 tables: 10 s of collecting became 5 s on 2 cores). At most ``ahead``
-    steps' changes wait in memory besides the one being applied."""
+    instead of one after another (figures: benchmarks/results.md, "Pipeline tuning"). At most ``ahead`` steps'
+    changes wait in memory besides the one being applied."""
 
     def __init__(self, steps: list[planner.RowStep], ahead: int = 2) -> None:
         self.steps, self.ahead = steps, ahead
@@ -132,13 +132,14 @@ class BatchApplier:
         self._resume()
         self.batches: list[BatchReport] = []  # the reports of the batches this applier applied
         # Set when this query is to end, or the whole run (``run_stopping``, set by a signal): a batch that starts
-        # after either is left to the next run (see _stop_between_batches).
+        # after either is left to the next run (see runner._stop_between_batches).
         self.stopping = threading.Event()
         self.run_stopping = run_stopping
         self.busy = threading.Lock()  # held while a batch is applied
 
     def __getstate__(self) -> dict[str, Any]:
-        # With Spark Connect the applier is pickled to the server, which makes its own (see _stop_between_batches).
+        # With Spark Connect the applier is pickled to the server, which makes its own
+        # (see runner._stop_between_batches).
         state = dict(self.__dict__)
         del state["stopping"], state["run_stopping"], state["busy"]
         return state

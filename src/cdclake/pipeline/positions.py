@@ -127,10 +127,9 @@ def source_read(spark: SparkSession, source: SourceConfig, config: PipelineConfi
     if source.input is None:
         raise ValueError(f"source {source.name}: neither input nor kafka")
     # A task per core, even in a batch that holds one file: each task reduces the keys it read before the planner
-    # sees them, so more, smaller tasks would hand the planner more changes of the same keys (on 2 cores, 4 tasks
-    # of 250,000 records left it 341,000 changes of 100,000 keys to reduce, 2 tasks 277,000).
+    # sees them, so more, smaller tasks would hand the planner more changes of the same keys.
     tasks = str(task_slots(spark))
-    # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see _start_query).
+    # No target: without follow the query runs with Trigger.AvailableNow and stops by itself (see runner._start_query).
     # Absolute: Spark's Python processes need not share this one's working directory (a session made elsewhere).
     options = {"path": os.path.abspath(source.input), "maxRecordsPerBatch": str(source.max_records_per_batch or 0),
                "minPartitions": tasks, "follow": "true" if config.follow else "false"}

@@ -90,9 +90,9 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
             spark.sparkContext.cancelJobGroup(LOADING_GROUP)
         raise
     finally:
-        # A run that ends well waits for the loading rather than cancel it: a cancelled task closed its Python
-        # worker's socket mid-write, and the worker printed a BrokenPipeError traceback after the run's summary (a
-        # run of an empty input ends in about 2 s, before the loading does, which takes about a second).
+        # A run that ends well waits for the loading rather than cancel it: a cancelled task closes its Python
+        # worker's socket mid-write, and the worker prints a BrokenPipeError traceback after the run's summary (a
+        # short run may end before the loading does).
         if loading is not None:
             loading.join()
 
@@ -117,9 +117,8 @@ LOADING_GROUP = "cdclake-load-python-workers"
 def _start_loading_python_workers(spark: SparkSession, config: PipelineConfig) -> threading.Thread | None:
     """Loads the Python workers of a new local session with cdclake's sources and the pipeline's formats, in the
     background while the streaming queries start, which takes Spark seconds of starting one Python helper after
-    another with a core to spare. The first batch's tasks then find their workers ready: a one-off run of the
-    benchmark's 1,009,559 records, four alternating runs each, 17.7-18.9 s instead of 19.1-19.6 s. A cluster's
-    executors start theirs as they please."""
+    another with a core to spare. The first batch's tasks then find their workers ready (figures:
+    benchmarks/results.md, "Pipeline tuning"). A cluster's executors start theirs as they please."""
     if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
         return None
     in_use = [(source.format, source.options) for source in config.sources]

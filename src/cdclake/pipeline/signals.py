@@ -18,9 +18,9 @@ def stop_on_signal() -> Iterator[threading.Event]:
     summary; a second signal acts as it would have without the run (Spark's SIGINT handler cancels the jobs and
     raises KeyboardInterrupt). A signal within :data:`SAME_SIGNAL_S` of the first is the same one delivered again:
     ``timeout`` and ``kill -- -PGID`` send it to the run and to its process group, which holds the run too.
-    Before, Ctrl-C raised KeyboardInterrupt inside whichever call to the JVM was under way, which printed py4j's
-    tracebacks and left the batch half applied for the next run to finish. Handlers can only be set on the main
-    thread: a run on another thread is stopped by its caller."""
+    A KeyboardInterrupt raised inside a call to the JVM would print py4j's tracebacks and leave the batch half
+    applied for the next run to finish. Handlers can only be set on the main thread: a run on another thread is
+    stopped by its caller."""
     stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
