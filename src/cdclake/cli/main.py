@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -263,15 +263,15 @@ def run(
                 raise ValueError(f"{', '.join(kafka_only)} for Kafka: --input reads files")
             fmt_cls = formats.get(format_name)
             source = pipeline.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
-                                    options=parse_options(fmt_cls, option or []),
-                                    max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
-                                    topics=topic or [], topic_pattern=topic_pattern,
-                                    starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
-                                    connector=connector, consistency=consistency,
-                                    kafka_retry_seconds=kafka_retry_seconds)
+                                           options=parse_options(fmt_cls, option or []),
+                                           max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
+                                           topics=topic or [], topic_pattern=topic_pattern,
+                                           starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
+                                           connector=connector, consistency=consistency,
+                                           kafka_retry_seconds=kafka_retry_seconds)
             cfg = pipeline.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
-                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
-                                   on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
+                                          checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
+                                          on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
         cfg.metrics_port = cfg.metrics_port if metrics_port is None else metrics_port
         cfg.metrics_host = metrics_host or cfg.metrics_host
         cfg.validate()
@@ -591,10 +591,10 @@ def _pairs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _publish(settings: object, records: list[Record], partitions: int) -> None:
+def _publish(settings: Any, records: list[Record], partitions: int) -> None:
     """``records`` to Kafka with the settings of ``pipeline.kafka_producer``."""
     try:
-        topics = pipeline.publish(settings, records, partitions)  # type: ignore[arg-type]
+        topics = pipeline.publish(settings, records, partitions)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     except KafkaSourceError as exc:
@@ -617,7 +617,7 @@ def capture(
 ) -> None:
     """Write Kafka records to captured-records files, up to the end offsets seen at start: for offline replay
     (`cdclake run --input`), debugging and bug reports."""
-    def show(done) -> None:  # noqa: ANN001 - a Captured; imported with Kafka's client
+    def show(done: Any) -> None:  # a Captured (cdclake.sources.kafka)
         typer.echo(f"{done.range}: {_n(done.records, 'record')} → {done.path}", err=True)
 
     try:
