@@ -77,7 +77,7 @@ class TableStopped(CdclakeError):
 
 class LakeError(CdclakeError):
     """A failure of the lake's own tables, which every table's step reads: it fails the batch, whichever table's
-    step met it (see :func:`cdclake.pipeline.runner.table_failure`)."""
+    step met it (see :func:`cdclake.pipeline.batch.table_failure`)."""
 
 
 class StopRequested(CdclakeError):

@@ -51,7 +51,7 @@ def test_an_empty_input_is_a_warning_and_on_error_fail_stops_after_the_batch(tmp
     (tmp_path / "empty").mkdir()
     lake = tmp_path / "lake"
     # Another run holds the lake (its batch, say): the run says whose turn it waits for.
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom cdclake.pipeline.runner import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom cdclake.lake.lock import "
                                f"one_batch_at_a_time\nwith one_batch_at_a_time({str(lake)!r}):\n"
                                "    print('held', flush=True)\n    sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.cli import status
 from cdclake.lake import delta
 from cdclake.lake.delta import PROGRESS, DeltaSink
+from cdclake.pipeline import inspection as status
 
 # What each batch read: (table, last_seq, why it stopped) and (partition, last offset).
 BATCHES = {

@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from cdclake.pipeline.runner import ChangesAhead
+from cdclake.pipeline.batch import ChangesAhead
 
 
 class Changes:

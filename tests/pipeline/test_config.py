@@ -91,9 +91,10 @@ def test_a_run_that_ends_with_tables_stopped_names_them_and_exits_3(tmp_path, mo
 
     from cdclake.cli.main import STOPPED_TABLES, app
     from cdclake.pipeline import runner as pipeline
+    from cdclake.pipeline.batch import BatchReport
 
     def run(config, progress=None, say=None):
-        report = pipeline.BatchReport("main", 4, records=14, events=7, failed=6, skipped=1, dead_letters=12,
+        report = BatchReport("main", 4, records=14, events=7, failed=6, skipped=1, dead_letters=12,
                                       stopped={"shop.users": "a narrowing type change"})
         progress(report)
         return pipeline.RunSummary([report], stopped=dict(report.stopped))

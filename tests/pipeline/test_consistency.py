@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.cli.status import collect
 from cdclake.lake.delta import CONSISTENT_UP_TO
 from cdclake.model.events import RESOLVED, ChangeEvent
 from cdclake.model.records import Record, write_records
 from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.batch import BatchReport
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.inspection import collect
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.crashes import crash_at_every_point_then_finish
@@ -94,7 +95,7 @@ class Watcher:
         self.problems: list[str] = []
         self.published: dict[str, int] = {}
 
-    def __call__(self, report: pipeline.BatchReport) -> None:
+    def __call__(self, report: BatchReport) -> None:
         ts = report.consistent_ts or 0
         self.consistent.append(ts)
         self.held.append(report.held)

@@ -12,6 +12,7 @@ from cdclake.formats.avro import registry as confluent
 from cdclake.model.records import Record, captured_line, read_file, write_records
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.positions import SourceRead
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.registries import FakeRegistry, as_apicurio_framed
@@ -28,7 +29,7 @@ def _run(spark, input_dir, lake, registry: str, name: str) -> pipeline.RunSummar
 @pytest.mark.parametrize("batches_of", ["decoded by the source", "records"])
 def test_dead_letters_written_out_are_the_records_byte_for_byte_and_replay(spark, tmp_path, monkeypatch, batches_of):
     if batches_of == "records":  # as Spark's own Kafka source hands a batch over: the pipeline decodes it
-        monkeypatch.setattr(pipeline.SourceRead, "decodes", property(lambda self: False))
+        monkeypatch.setattr(SourceRead, "decodes", property(lambda self: False))
     schemas = str(tmp_path / "schemas")
     generated = workload.generate("debezium-avro", events=30, tables=2, seed=7, options={"registry": schemas})
     with FakeRegistry() as apicurio, FakeRegistry() as empty:

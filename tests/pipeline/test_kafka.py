@@ -20,6 +20,7 @@ from cdclake.formats.avro import registry as confluent
 from cdclake.model.records import Record, read_file
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.failures import stopping_error
 from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences as lake_differences
 from cdclake.sources.files import UNREADABLE_HEADER
@@ -188,7 +189,7 @@ def test_a_broker_down_longer_than_the_retry_window_stops_the_run(spark, broker,
     finally:
         stop.set()
         outage.join()
-    assert f"Kafka at {broker.servers}" in (pipeline.stopping_error(failure.value) or ("", ""))[1], failure.value
+    assert f"Kafka at {broker.servers}" in (stopping_error(failure.value) or ("", ""))[1], failure.value
     progress = tmp_path / "lake" / "_cdclake" / "progress"
     assert not progress.exists() or _applied_records(tmp_path / "lake") < len(generated.records)
 

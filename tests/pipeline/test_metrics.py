@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdclake.lake.delta import DeltaSink
 from cdclake.pipeline import config as C
 from cdclake.pipeline import metrics
-from cdclake.pipeline.runner import BatchReport, _LakeReports
+from cdclake.pipeline.batch import BatchReport
+from cdclake.pipeline.runner import _LakeReports
 from tests.helpers.kafka_broker import free_port
 
 

@@ -9,7 +9,7 @@ import pytest
 from cdclake.model.records import Record
 from cdclake.pipeline import config as C
 from cdclake.pipeline import metrics
-from cdclake.pipeline.runner import BatchReport
+from cdclake.pipeline.batch import BatchReport
 from tests.helpers.kafka_broker import free_port
 from tests.pipeline.test_metrics import scrape
 

@@ -1,4 +1,4 @@
-"""Where a run with a new or lost checkpoint goes on (``pipeline._base_version``, the files source's ``applied``
+"""Where a run with a new or lost checkpoint goes on (``positions.base_version``, the files source's ``applied``
 option); the real path is ``tests/pipeline/test_exactly_once.py``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 
-from cdclake.pipeline.runner import _base_version
+from cdclake.pipeline.positions import base_version
 from cdclake.spark.sources import _applied, _unapplied
 
 
@@ -22,7 +22,7 @@ class Lake:
 
 
 def test_a_new_checkpoint_numbers_its_batches_above_every_marker_of_the_lake(tmp_path):
-    assert _base_version(str(tmp_path / "new"), Lake()) == 7  # type: ignore[arg-type]
+    assert base_version(str(tmp_path / "new"), Lake()) == 7  # type: ignore[arg-type]
     assert json.loads((tmp_path / "new" / "cdclake.json").read_text()) == {"base_version": 7}
 
 
@@ -30,11 +30,11 @@ def test_a_checkpoint_whose_spark_part_logged_no_batch_is_new(tmp_path):
     (tmp_path / "cdclake.json").write_text('{"base_version": 2}')
     (tmp_path / "spark" / "offsets").mkdir(parents=True)
     (tmp_path / "spark" / "offsets" / ".0.tmp").write_text("")
-    assert _base_version(str(tmp_path), Lake()) == 7  # type: ignore[arg-type]
+    assert base_version(str(tmp_path), Lake()) == 7  # type: ignore[arg-type]
     (tmp_path / "spark" / "offsets" / "0").write_text("")  # Spark goes on from its batches: so do the versions
-    assert _base_version(str(tmp_path), Lake()) == 7  # type: ignore[arg-type]
+    assert base_version(str(tmp_path), Lake()) == 7  # type: ignore[arg-type]
     (tmp_path / "cdclake.json").write_text('{"base_version": 2}')
-    assert _base_version(str(tmp_path), Lake()) == 2  # type: ignore[arg-type]
+    assert base_version(str(tmp_path), Lake()) == 2  # type: ignore[arg-type]
 
 
 def test_the_records_the_lake_applied_are_skipped_by_topic_partition_and_offset():

@@ -25,10 +25,14 @@ from typer.testing import CliRunner
 from cdclake import formats
 from cdclake.cli.main import app
 from cdclake.lake import delta
+from cdclake.lake.lock import one_batch_at_a_time
 from cdclake.model.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
 from cdclake.model.records import Record, captured_line, write_records
 from cdclake.pipeline import runner as pipeline
+from cdclake.pipeline.batch import BatchApplier, BatchReport
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.failures import stopping_error
+from cdclake.pipeline.positions import SourceRead
 from tests.helpers.crashes import CRASH_POINTS, crash_at_every_point_then_finish
 from tests.helpers.lake import lake_rows
 
@@ -86,7 +90,7 @@ def batches_of(request, monkeypatch) -> str:
     """Both ways a batch reaches the pipeline: as the changelog that cdclake's own sources decode as they read,
     and as records, which Spark's own Kafka source gives and the pipeline decodes (``mapInArrow``)."""
     if request.param == "records":
-        monkeypatch.setattr(pipeline.SourceRead, "decodes", property(lambda self: False))
+        monkeypatch.setattr(SourceRead, "decodes", property(lambda self: False))
     return request.param
 
 
@@ -217,7 +221,7 @@ def test_a_running_pipeline_forgets_tombstones_past_their_retention_between_batc
     tombstones = tmp_path / "lake" / "_cdclake" / "tombstones"
     seen: list[int] = []  # tombstones after each batch, while the run goes on
 
-    def after(report: pipeline.BatchReport) -> None:
+    def after(report: BatchReport) -> None:
         seen.append(DeltaTable(str(tombstones)).to_pyarrow_table().num_rows if tombstones.exists() else 0)
 
     def run_with(retention_hours: float, lake: Path) -> None:
@@ -245,7 +249,7 @@ def test_a_following_run_reads_every_source_and_a_signal_ends_it_after_the_batch
         SourceConfig(name=source, format="canal-json", input=str(tmp_path / source)) for source in ("a", "b")])
     reported: list[str] = []
 
-    def signal_once_both_applied(report: pipeline.BatchReport) -> None:
+    def signal_once_both_applied(report: BatchReport) -> None:
         reported.append(report.source)
         if len(reported) == 2:  # inside the second batch, before Spark has logged it done
             os.kill(os.getpid(), signal.SIGINT)
@@ -267,7 +271,7 @@ def test_a_signal_leaves_the_batches_after_the_one_being_applied_to_the_next_run
     cfg = PipelineConfig(lake=str(tmp_path / "lake"), name="t", sources=[
         SourceConfig(format="canal-json", input=str(tmp_path / "in"), max_records_per_batch=1)])
 
-    def signal_in_the_first_batch(report: pipeline.BatchReport) -> None:
+    def signal_in_the_first_batch(report: BatchReport) -> None:
         if report.batch == 0:
             ours = signal.getsignal(signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
@@ -287,14 +291,14 @@ def test_a_following_run_whose_source_fails_stops_the_others_and_says_which_fail
     for source, table in (("a", "users"), ("b", "orders")):
         (tmp_path / source).mkdir()
         write_records(tmp_path / source / "1.jsonl", records([change(INSERT, 100, 1, table=table)]))
-    apply = pipeline.BatchApplier._apply
+    apply = BatchApplier._apply
 
     def failing_in_b(self, data, batch_id):
         if self.source.name == "b":
             raise OSError("the disk of b is full")
         return apply(self, data, batch_id)
 
-    monkeypatch.setattr(pipeline.BatchApplier, "_apply", failing_in_b)
+    monkeypatch.setattr(BatchApplier, "_apply", failing_in_b)
     cfg = PipelineConfig(lake=str(tmp_path / "lake"), name="t", follow=True, poll_seconds=0.2, sources=[
         SourceConfig(name=source, format="canal-json", input=str(tmp_path / source)) for source in ("a", "b")])
     with pytest.raises(RuntimeError, match=r"source b failed: (?s:.*)the disk of b is full"):
@@ -319,7 +323,7 @@ def test_a_run_stopped_by_its_registry_says_so_in_one_line(spark, tmp_path, monk
     with pytest.raises(Exception) as failed:  # whatever Spark wraps it in
         pipeline.run(cfg, spark=spark)
     said = f"schema registry http://127.0.0.1:{port} could not be reached"
-    assert pipeline.stopping_error(failed.value)[1].startswith(said)
+    assert stopping_error(failed.value)[1].startswith(said)
     monkeypatch.setattr(pipeline, "run", lambda config, progress=None, say=None: (_ for _ in ()).throw(failed.value))
     result = CliRunner().invoke(app, ["run", "--format", "debezium-avro", "--input", str(tmp_path / "in"),
                                       "--lake", str(tmp_path / "lake"), "--option", f"registry=http://127.0.0.1:{port}"])
@@ -331,14 +335,14 @@ def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
     order: list[str] = []
 
     def second() -> None:
-        with pipeline.one_batch_at_a_time(str(tmp_path / "lake")):
+        with one_batch_at_a_time(str(tmp_path / "lake")):
             order.append("second")
 
-    with pipeline.one_batch_at_a_time(str(tmp_path / "lake")):
+    with one_batch_at_a_time(str(tmp_path / "lake")):
         waiting = threading.Thread(target=second)
         waiting.start()
         time.sleep(0.5)  # time for the thread to reach the lock
-        with pipeline.one_batch_at_a_time(str(tmp_path / "another lake")):
+        with one_batch_at_a_time(str(tmp_path / "another lake")):
             order.append("another lake")
         order.append("first")
     waiting.join(10)
@@ -502,7 +506,7 @@ def test_bad_records_become_dead_letters_and_counts_add_up(spark, tmp_path, batc
 def test_a_shareplex_update_whose_halves_spark_hands_to_python_apart_is_applied_whole(spark, tmp_path, monkeypatch):
     # Spark hands a task's records to Python in Arrow batches: of one record each here, so that an UPDATE BEFORE
     # and its UPDATE AFTER (which changes the key) come in two.
-    monkeypatch.setattr(pipeline.SourceRead, "decodes", property(lambda self: False))
+    monkeypatch.setattr(SourceRead, "decodes", property(lambda self: False))
 
     def half(op: str, seq: int, data: dict) -> bytes:
         return json.dumps({"meta": {"op": op, "table": "O.T", "trans": "7", "seq": seq, "size": 4, "scn": "100",
@@ -883,7 +887,7 @@ def test_rows_of_a_partition_read_behind_a_rename_land_under_the_new_name(spark,
         change(INSERT, 10, 1), ddl(20, "ALTER TABLE shop.users RENAME COLUMN name TO full_name"),
         under_new_name(change(INSERT, 30, 2, columns=renamed))]))
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 12, 5)], partition=1))
-    with caplog.at_level(logging.INFO, logger="cdclake.pipeline.runner"):
+    with caplog.at_level(logging.INFO, logger="cdclake.pipeline.batch"):
         run(spark, tmp_path / "in", tmp_path / "lake")
     assert "batch 0 of main: shop.users: renamed column name to full_name" in caplog.text  # what the DDL did, said
     write_records(tmp_path / "in" / "1b.jsonl", records(

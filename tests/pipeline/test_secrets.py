@@ -17,8 +17,8 @@ import pytest
 from cdclake.formats.avro import registry as confluent
 from cdclake.lake.delta import DeltaSink
 from cdclake.model.records import write_records
-from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.positions import source_read
 from cdclake.simulator import workload
 from cdclake.spark import sources
 from tests.helpers.registries import FakeRegistry, as_apicurio_framed
@@ -79,7 +79,7 @@ def test_a_registry_password_is_not_in_the_plans_of_a_source_that_decodes(spark,
     config = PipelineConfig(lake=str(tmp_path / "lake"), name="secretive", sources=[SourceConfig(
         format="debezium-avro", input=str(tmp_path / "in"),
         options={"registry": f"http://reader:{password}@127.0.0.1:9/apis/registry/v3", "framing": "apicurio"})])
-    read = pipeline.source_read(spark, config.sources[0], config, DeltaSink(config.lake, "secretive"))
+    read = source_read(spark, config.sources[0], config, DeltaSink(config.lake, "secretive"))
     assert read.decodes
     stream = read.stream(spark)
     plans = stream._jdf.queryExecution().toString()

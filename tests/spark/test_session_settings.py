@@ -16,12 +16,12 @@ from cdclake.spark.session import (
     PER_SESSION,
     SHORT_RUN_JAVA_OPTIONS,
     listeners,
-    private_directory,
     scratch_directory,
     served_here,
     server_address_file,
     session_settings,
 )
+from cdclake.support.private import private_directory
 
 SOCKETS = "spark.python.unix.domain.socket.enabled"
 SOCKET_DIR = "spark.python.unix.domain.socket.dir"

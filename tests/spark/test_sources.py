@@ -12,8 +12,8 @@ import pytest
 from cdclake import formats
 from cdclake.model.events import DELETE, INSERT, ROW, UPDATE, ChangeEvent, Column
 from cdclake.model.records import Record, write_records
-from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
+from cdclake.pipeline.positions import source_read
 from cdclake.spark import changelog as CL
 from cdclake.spark.sources import reread
 
@@ -104,7 +104,7 @@ def test_the_pipeline_reads_a_long_file_in_a_task_per_core(spark, tmp_path):
     root.mkdir()
     (root / "0.txt").write_bytes(b'{"n": 1}\n' * 30_000)
     source = SourceConfig(format="canal-json", input=str(root))
-    read = pipeline.source_read(spark, source, PipelineConfig(lake=str(tmp_path / "lake"), sources=[source]), None)
+    read = source_read(spark, source, PipelineConfig(lake=str(tmp_path / "lake"), sources=[source]), None)
     records = spark.read.format(read.data_source).options(**read.options).load()
     assert records.rdd.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
     assert records.count() == 30_000

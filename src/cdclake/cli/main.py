@@ -13,20 +13,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from cdclake import formats
-from cdclake.formats.base import Failure, parse_options
+from cdclake import formats, pipeline
+from cdclake.errors import KafkaSourceError, LakeError, RegistryError
+from cdclake.formats import Failure
+from cdclake.formats.base import parse_options
 from cdclake.model.events import to_json
 from cdclake.model.records import FileLine, Record, read_file, write_records
-
-if TYPE_CHECKING:
-    from cdclake.pipeline.config import PipelineConfig
-    from cdclake.sources.kafka import ClientSettings
 
 
 class _PlainHelp:
@@ -100,21 +98,10 @@ def _require_files(paths: list[Path]) -> None:
 
 
 def _require_lake(lake: Path) -> None:
-    from cdclake.cli import status as S
-
-    if not lake.is_dir():
-        raise _fail(f"{lake}: no such lake directory")
-    _refuse_foreign(lake)
-    if not S.is_lake(str(lake)):
-        raise _fail(f"{lake}: not a cdclake lake (no _cdclake directory: no run has written to it)")
-
-
-def _refuse_foreign(lake: Path) -> None:
-    from cdclake.lake.paths import refuse_foreign
-
-    refused = refuse_foreign(str(lake))
-    if refused:
-        raise _fail(refused)
+    try:
+        pipeline.check_lake(str(lake))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _batches(paths: list[Path]) -> Iterator[list[FileLine]]:
@@ -257,8 +244,6 @@ def run(
 ) -> None:
     """Apply change records to Delta tables: every batch exactly once, with progress and a summary. Exits 3 when
     tables are stopped (the summary names them and why), 130 when a signal ended a run that was to stop by itself."""
-    from cdclake.pipeline import config as C
-
     try:
         if pipeline_file is not None:
             alongside = ("pipeline_file", "follow", "metrics_port", "metrics_host")
@@ -267,7 +252,7 @@ def run(
             if given:
                 raise ValueError(f"{pipeline_file} says what to run: leave out {', '.join(given)} (of the flags, "
                                  "only --follow and --metrics-* go with a pipeline file)")
-            cfg = C.load(str(pipeline_file))
+            cfg = pipeline.load_config(str(pipeline_file))
             cfg.follow = cfg.follow or follow
         else:
             if not (format_name and lake) or (input_dir is None) == (kafka_servers is None):
@@ -277,24 +262,21 @@ def run(
             if input_dir is not None and kafka_only:
                 raise ValueError(f"{', '.join(kafka_only)} for Kafka: --input reads files")
             fmt_cls = formats.get(format_name)
-            source = C.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
-                                    options=parse_options(fmt_cls, option or []),
-                                    max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
-                                    topics=topic or [], topic_pattern=topic_pattern,
-                                    starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
-                                    connector=connector, consistency=consistency,
-                                    kafka_retry_seconds=kafka_retry_seconds)
-            cfg = C.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
-                                   checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
-                                   on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
+            source = pipeline.SourceConfig(format=format_name, input=str(input_dir) if input_dir else None,
+                                           options=parse_options(fmt_cls, option or []),
+                                           max_records_per_batch=max_records_per_batch, kafka=kafka_servers,
+                                           topics=topic or [], topic_pattern=topic_pattern,
+                                           starting_offsets=starting_offsets, kafka_options=_pairs(kafka_option),
+                                           connector=connector, consistency=consistency,
+                                           kafka_retry_seconds=kafka_retry_seconds)
+            cfg = pipeline.PipelineConfig(lake=str(lake), sources=[source], name=name, follow=follow,
+                                          checkpoint=str(checkpoint) if checkpoint else None, spark_remote=remote,
+                                          on_error=on_error, max_dead_letter_ratio=max_dead_letter_ratio)
         cfg.metrics_port = cfg.metrics_port if metrics_port is None else metrics_port
         cfg.metrics_host = metrics_host or cfg.metrics_host
         cfg.validate()
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
-    from cdclake.pipeline.runner import file_system_problem, stopping_error
-    from cdclake.pipeline.runner import run as run_pipeline
-
     def show(report) -> None:  # noqa: ANN001 - a BatchReport; imported lazily with Spark
         stopped = f" STOPPED {report.stopped}" if report.stopped else ""
         if report.consistent_ts is not None:
@@ -306,12 +288,9 @@ def run(
              f"{_dead_letters(report.dead_letters, report.failed)}, {report.skipped:,} skipped, "
              f"{report.seconds:.1f}s ({_rate(report.records, report.seconds)}{where}){stopped}")
 
-    from cdclake.formats.avro.registry import RegistryError
-    from cdclake.sources.kafka import KafkaSourceError
-
     try:
         started = time.monotonic()
-        summary = run_pipeline(cfg, progress=show, say=_say)
+        summary = pipeline.run(cfg, progress=show, say=_say)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     except KafkaSourceError as exc:
@@ -321,11 +300,11 @@ def run(
     except KeyboardInterrupt:  # a signal before any batch (waiting for Kafka), or a second one
         raise _fail("interrupted", INTERRUPTED) from None
     except Exception as exc:
-        stopped = stopping_error(exc)
+        stopped = pipeline.stopping_error(exc)
         if stopped is not None:
             kind, message = stopped
             raise _fail(f"stopped: {message}", _stopping_code(kind)) from None
-        problem = file_system_problem(exc)
+        problem = pipeline.file_system_problem(exc)
         if problem is None:
             raise
         raise _fail(f"cannot write {problem}") from None
@@ -359,7 +338,7 @@ def run(
                     f"max_dead_letter_ratio = {cfg.max_dead_letter_ratio:g} allows", DATA_ERRORS)
 
 
-def _empty_inputs(cfg: PipelineConfig) -> list[str]:
+def _empty_inputs(cfg: pipeline.PipelineConfig) -> list[str]:
     """The file inputs of the pipeline that hold no record (a mistyped folder, or a producer that wrote nothing)."""
     def holds_some(path: Path) -> bool:
         files = path.rglob("*") if path.is_dir() else [path]
@@ -382,12 +361,10 @@ def _rate(records: int, seconds: float) -> str:
     return f"{records / seconds:,.0f} records/s" if seconds > 0 else "- records/s"
 
 
-def _dead_letter_samples(cfg: PipelineConfig) -> list[Record]:
+def _dead_letter_samples(cfg: pipeline.PipelineConfig) -> list[Record]:
     """The last few records the pipeline dead-lettered, as they were read."""
-    from cdclake.cli import status as S
-
-    dead = S.dead_letters(cfg.lake, pipeline=cfg.name, with_bytes=True)
-    return S.dead_letter_records(dead.slice(max(0, dead.num_rows - SAMPLES)))
+    dead = pipeline.dead_letters(cfg.lake, pipeline=cfg.name, with_bytes=True)
+    return pipeline.dead_letter_records(dead.slice(max(0, dead.num_rows - SAMPLES)))
 
 
 # The flags of `run` that only a Kafka source reads.
@@ -417,7 +394,7 @@ def status(
     from cdclake.cli import status as S
 
     _require_lake(lake)
-    state = S.collect(str(lake))
+    state = pipeline.status(str(lake))
     typer.echo(json.dumps(state, indent=2, default=str) if as_json else S.render(state, show_all))
     if S.unreadable_tables(state):  # each named on its line above; the exit code tells a script
         raise typer.Exit(1)
@@ -427,7 +404,7 @@ def status(
 def dead_letters(
     lake: Annotated[Path, typer.Argument(help="Lake root directory.")],
     reason: Annotated[str | None, typer.Option(help="Only those whose reason contains this text.")] = None,
-    pipeline: Annotated[str | None, typer.Option(help="Only those of this pipeline (its --name).")] = None,
+    name: Annotated[str | None, typer.Option("--pipeline", help="Only those of this pipeline (its --name).")] = None,
     format_name: Annotated[str | None, typer.Option("--format", help="Only those of this format.")] = None,
     limit: Annotated[int, typer.Option(min=0, help="List at most this many (0: all).")] = 20,
     write: Annotated[Path | None, typer.Option(
@@ -439,15 +416,15 @@ def dead_letters(
     from cdclake.cli import status as S
 
     _require_lake(lake)
-    if pipeline is not None:
-        known = S.pipelines(str(lake))
-        if not S.has_pipeline(known, pipeline):
-            raise _fail(f"{lake} has no pipeline {pipeline!r} (its pipelines: "
-                        f"{', '.join(sorted({n.split('.')[0] for n in known})) or 'none yet'})")
+    if name is not None:
+        try:
+            pipeline.check_pipeline(str(lake), name)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
     try:
-        dead = S.dead_letters(str(lake), reason, pipeline, format_name, with_bytes=write is not None)
-    except S.DAMAGED as exc:
-        raise _fail(f"{lake / '_cdclake' / 'dead_letters'} could not be read: {S.first_line(exc)}") from None
+        dead = pipeline.dead_letters(str(lake), reason, name, format_name, with_bytes=write is not None)
+    except LakeError as exc:
+        raise _fail(str(exc)) from None
     shown = S.dead_letter_lines(dead if not limit else dead.slice(0, limit))
     for line in shown:
         typer.echo(line)
@@ -459,7 +436,7 @@ def dead_letters(
             raise _fail(f"they are of {len(kinds)} formats ({', '.join(kinds)}): choose one with --format, as a run "
                         "reads one format from an input")
         try:
-            count = write_records(write, S.dead_letter_records(dead))
+            count = write_records(write, pipeline.dead_letter_records(dead))
         except OSError as exc:
             raise _fail(f"{write}: {exc.strerror or exc}") from None
         typer.echo(f"wrote {_n(count, 'record')} to {write}", err=True)
@@ -476,10 +453,8 @@ def maintain(
 ) -> None:
     """Compact each table's small files and delete the files no recent table version needs (Delta OPTIMIZE and
     VACUUM, for the source tables and the lake's own under _cdclake/)."""
-    from cdclake.lake.delta import maintain as maintain_lake
-
     _require_lake(lake)
-    for done in maintain_lake(str(lake), retention_hours, compact):
+    for done in pipeline.maintain(str(lake), retention_hours, compact):
         typer.echo(f"{done.table}: {done.compacted} files compacted into {done.into}, {done.vacuumed} files deleted")
 
 
@@ -487,12 +462,10 @@ def maintain(
 def migrate_names(lake: Annotated[Path, typer.Argument(help="Lake root directory.")]) -> None:
     """Move the tables that an earlier cdclake named as their source did (upper case, dots, `_` for no database) to
     the directories that name them now (README, "Lake layout"). Run it while no pipeline writes to the lake."""
-    from cdclake.lake.paths import migrate
-
     if not lake.is_dir():
         raise _fail(f"{lake}: no such lake directory")
     try:
-        moved = migrate(str(lake))
+        moved = pipeline.migrate_names(str(lake))
     except ValueError as exc:
         raise _fail(str(exc)) from None
     for line in moved:
@@ -518,7 +491,6 @@ def generate(
     kafka_option: KafkaOptionPairs = None,
 ) -> None:
     """Simulate a source database and write its changes as FORMAT records, with the expected final state."""
-    from cdclake.pipeline import config as C
     from cdclake.simulator import workload as W
 
     try:
@@ -528,8 +500,9 @@ def generate(
             # Schemas must outlive this process for the records to be readable: a folder registry beside them.
             options["registry"] = str((out / "registry").resolve())
         formats.create(format_name, options)  # bad options fail here, before any work
-        settings = _producer_settings(kafka_servers, kafka_option) if kafka_servers else None
-        C.make_directory("--out", str(out))
+        # Checked by librdkafka now: a misspelt setting is said before the simulation, not after.
+        settings = pipeline.kafka_producer(kafka_servers, _pairs(kafka_option)) if kafka_servers else None
+        pipeline.make_directory("--out", str(out))
         generated = W.generate(format_name, events=events, tables=tables, seed=seed, partitions=partitions,
                                replays=replays, options=options, max_keys=max_keys)
         files = W.write_generated(out, generated)
@@ -564,7 +537,6 @@ def verify(
 
     Lists every row that mismatched, was flagged corrupted by the producer, or could not be decoded, then the
     counts, with why rows were skipped. Exits 1 when any row mismatched, was flagged or failed to decode."""
-    from cdclake.formats.avro.registry import RegistryError
     from cdclake.model.integrity import CORRUPTED, FAILED, MISMATCH, OK, SKIPPED
 
     try:
@@ -619,25 +591,14 @@ def _pairs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _producer_settings(servers: str, options: list[str] | None) -> ClientSettings:
-    """Settings to produce with, checked by librdkafka now: a misspelt one is said before the simulation, not after."""
-    from cdclake.sources import kafka
-
-    settings = kafka.ClientSettings(servers, _pairs(options))
-    kafka.new_producer(settings)
-    return settings
-
-
-def _publish(settings: ClientSettings, records: list[Record], partitions: int) -> None:
-    from cdclake.sources import kafka
-
+def _publish(settings: Any, records: list[Record], partitions: int) -> None:
+    """``records`` to Kafka with the settings of ``pipeline.kafka_producer``."""
     try:
-        acked = kafka.publish(settings, records, partitions)
+        topics = pipeline.publish(settings, records, partitions)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    except kafka.KafkaSourceError as exc:
+    except KafkaSourceError as exc:
         raise _fail(str(exc), UNREACHABLE) from None
-    topics = sorted(acked)
     typer.echo(f"produced {_n(len(records), 'record')} to Kafka at {settings.servers}: {', '.join(topics)} "
                f"({partitions} partition{'s' if partitions > 1 else ''} each)", err=True)
 
@@ -656,27 +617,19 @@ def capture(
 ) -> None:
     """Write Kafka records to captured-records files, up to the end offsets seen at start: for offline replay
     (`cdclake run --input`), debugging and bug reports."""
-    from cdclake.sources import kafka
-
-    try:
-        settings = kafka.ClientSettings(kafka_servers, _pairs(kafka_option)).retrying_for(kafka_retry_seconds)
-        subscription = kafka.Subscription.of(topic, topic_pattern)
-        starting = kafka.parse_start(starting_offsets)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-
-    def show(done: kafka.Captured) -> None:
+    def show(done: Any) -> None:  # a Captured (cdclake.sources.kafka)
         typer.echo(f"{done.range}: {_n(done.records, 'record')} → {done.path}", err=True)
 
     try:
-        captured = kafka.capture(settings, subscription, out, starting=starting, max_records=max_records or None,
-                                 progress=show)
+        captured, subscription = pipeline.capture(
+            kafka_servers, out, topic, topic_pattern, starting_offsets, _pairs(kafka_option), kafka_retry_seconds,
+            max_records or None, progress=show)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    except kafka.KafkaSourceError as exc:
+    except KafkaSourceError as exc:
         raise _fail(str(exc), _stopping_code(type(exc).__name__)) from None
     total = sum(c.records for c in captured)
-    typer.echo(f"captured {_n(total, 'record')} from {_n(len(captured), 'partition')} of {subscription.describe()} "
+    typer.echo(f"captured {_n(total, 'record')} from {_n(len(captured), 'partition')} of {subscription} "
                f"into {out}", err=True)
 
 
@@ -715,7 +668,6 @@ def class_archive(
     later local session maps the archive: starting Spark took 3.6-3.8 s instead of 6.1-6.7 s here. Run it again
     after upgrading Java, pyspark or cdclake; until then sessions start as they did without it."""
     from cdclake.simulator import demo as D
-    from cdclake.spark.session import build_class_archive
 
     typer.echo("Running the demo's pipeline on small sample data while the JVM lists the classes it loads…")
     with tempfile.TemporaryDirectory() as tmp:
@@ -724,7 +676,7 @@ def class_archive(
                 raise RuntimeError("the training run's lake differs from its sample data")
 
         try:
-            path = build_class_archive(train, say=typer.echo)
+            path = pipeline.build_class_archive(train, say=typer.echo)
         except (OSError, RuntimeError) as exc:  # no cache directory, no Java, a failed training run or dump
             typer.echo(f"cdclake: class-archive: {exc}", err=True)
             raise typer.Exit(1) from None
@@ -740,8 +692,6 @@ def serve(
     Ctrl-C or SIGTERM: `cdclake run --remote sc://localhost:PORT` attaches to it instead of starting a JVM of its
     own, and runs on the code Spark compiled for the runs before. Only this user's runs can attach: the server wants
     a token, which they read from a file that only this user can read."""
-    from cdclake.spark.session import serve as serve_spark
-
     try:
         settings = _pairs(conf)
     except ValueError as exc:
@@ -755,7 +705,7 @@ def serve(
             pass
 
     try:
-        serve_spark(port, settings, until_stopped, say=lambda line: typer.echo(line, err=True))
+        pipeline.serve(port, settings, until_stopped, say=lambda line: typer.echo(line, err=True))
     except Exception as exc:
         raise _fail(f"serve: {exc}") from None
     typer.echo("cdclake: the Spark Connect server stopped", err=True)

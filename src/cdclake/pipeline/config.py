@@ -144,9 +144,8 @@ CONNECTORS = ("cdclake", "spark")
 ON_ERROR = ("dead-letter", "fail")
 CONSISTENCY = ("none", "resolved-ts")
 RESOLVED_TS_FORMATS = ("ticdc-open", "canal-json")  # canal-json: its TiCDC flavour's WATERMARK messages
-# A following pipeline's trigger interval: new records wait for the next poll, 0.1 s on average where 1 s cost them
-# 0.5 s. A record arriving alone every few seconds was in the lake 1.75 s after it arrived instead of 2.12 s (means
-# of 10); an idle pipeline polling this often used about 1.7 % of one core instead of 1.1 % (2026-12-06).
+# A following pipeline's trigger interval: new records wait for the next poll, half of it on average; an idle
+# pipeline's polls cost little CPU (figures: benchmarks/results.md, "Pipeline tuning").
 POLL_SECONDS = 0.2
 # Metrics are for this machine's scraper unless the pipeline opens them to others.
 METRICS_HOST = "127.0.0.1"

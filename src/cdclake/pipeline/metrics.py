@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 if TYPE_CHECKING:
+    from cdclake.pipeline.batch import BatchReport, Progress
     from cdclake.pipeline.config import PipelineConfig
-    from cdclake.pipeline.runner import BatchReport, Progress
     from cdclake.sources.kafka import KafkaClient
 
 logger = logging.getLogger(__name__)

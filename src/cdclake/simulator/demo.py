@@ -76,15 +76,16 @@ def read_back(lake: str, say: Callable[[str], None]) -> None:
 
 
 def run(root: Path, events: int = 2000, seed: int = 1, say: Callable[[str], None] = print) -> bool:
-    from cdclake.cli import status
-    from cdclake.pipeline import runner as pipeline
+    from cdclake import pipeline
+    from cdclake.cli.status import render
+    from cdclake.pipeline.batch import BatchReport
 
     if root.exists():
         shutil.rmtree(root)
     config, generated = prepare(root, events, seed)
     say(f"Simulated {len(SOURCES)} source databases ({events} changes each) under {root / 'input'}")
 
-    def progress(report: pipeline.BatchReport) -> None:
+    def progress(report: BatchReport) -> None:
         say(f"  batch {report.batch} [{report.source}]: {report.records} records, {report.events} events, "
             f"+{report.inserted} ~{report.updated} -{report.deleted} rows, {report.dead_letters} dead letters, "
             f"{report.seconds:.1f}s")
@@ -93,7 +94,7 @@ def run(root: Path, events: int = 2000, seed: int = 1, say: Callable[[str], None
     say(f"Applied {summary.total('events')} change events from {summary.total('records')} records in "
         f"{len(summary.batches)} batches: {summary.total('inserted')} inserted, {summary.total('updated')} "
         f"updated, {summary.total('deleted')} deleted, {summary.total('dead_letters')} dead letters\n")
-    say(status.render(status.collect(config.lake)))
+    say(render(pipeline.status(config.lake)))
     read_back(config.lake, say)
     problems = check(config.lake, generated)
     if problems:

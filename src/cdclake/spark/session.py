@@ -31,6 +31,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from cdclake.support.atomic import write_atomic
+from cdclake.support.private import private_directory
 
 logger = logging.getLogger(__name__)
 
@@ -132,16 +133,6 @@ def worker_python() -> str:
 
 def _user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
-
-
-def private_directory(base: Path) -> Path:
-    """cdclake's directory in ``base``, which only this user can write to."""
-    home = base / f"cdclake-{os.getuid()}"
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    status = home.lstat()
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o077:
-        raise PermissionError(f"{home} is not this user's private directory")
-    return home
 
 
 def _written(base: Path, text: str, stem: str, suffix: str, mode: int | None = None) -> Path:

@@ -141,7 +141,7 @@ class _Segment(InputPartition):
 
 def _applied(options: Any) -> dict[str, int]:
     """Option ``applied``: by ``"topic:partition"``, the highest offset the lake's batches read (see
-    :func:`cdclake.pipeline.runner.source_read`); records at or below it are not read again."""
+    :func:`cdclake.pipeline.positions.source_read`); records at or below it are not read again."""
     return {str(k): int(v) for k, v in json.loads(options.get("applied") or "{}").items()}
 
 

@@ -1,14 +1,21 @@
-"""The app-transaction versions a batch's commits carry (``pipeline.step_versions``): what makes a replayed batch
-skip exactly the commits it had made. Plain Python on stand-in plans; the real path is every pipeline test, and
-``test_pipeline.py::test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once`` for DDL clauses."""
+"""Batch application's plain parts (``pipeline/batch.py``), on stand-ins.
+
+The app-transaction versions a batch's commits carry (``step_versions``): what makes a replayed batch skip exactly
+the commits it had made; the real path is every pipeline test, and
+``test_pipeline.py::test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once`` for DDL clauses.
+Which failures of a table's step stop only that table and which fail the batch (``table_failure``); the real path
+is ``tests/pipeline/test_table_failures.py``."""
 
 from __future__ import annotations
 
 import pytest
+from deltalake.exceptions import SchemaMismatchError
 
-from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
+from cdclake.errors import StopRequested
+from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, LakeError, TableStopped
 from cdclake.model import ddl as DDL
-from cdclake.pipeline.runner import check_version_space, step_versions
+from cdclake.model.types import InvalidType
+from cdclake.pipeline.batch import check_version_space, step_versions, table_failure
 from cdclake.spark import planner
 from cdclake.spark.planner import BatchPlan, DdlStep, RowStep, Step, TableName
 
@@ -82,3 +89,28 @@ def test_more_commits_to_one_table_than_a_batch_can_number_stop_the_table_with_t
                                            r"batch can number: lower the source's max_records_per_batch"):
         check_version_space(users, versions[users], 3)
     check_version_space(users, versions[users][:-1], 3)  # 995 fit
+
+
+@pytest.mark.parametrize("failure, reason", [
+    (TableStopped("RENAME TABLE target exists"), "RENAME TABLE target exists"),
+    (InvalidType("column type 'decimal(10,20)': …"), "column type 'decimal(10,20)': …"),
+    (SchemaMismatchError("Cannot cast schema"), "SchemaMismatchError: Cannot cast schema"),
+    (ValueError("bad value\nsecond line"), "ValueError: bad value"),
+    (RuntimeError(""), "RuntimeError: "),
+    (KeyError("x" * 2000), "KeyError: '" + "x" * 499),
+])
+def test_a_failure_of_the_tables_own_stops_the_table_with_its_reason(failure, reason):
+    assert table_failure(failure) == reason
+
+
+@pytest.mark.parametrize("failure", [
+    StopRequested("batch 3: for the next run"), MemoryError(), OSError("Generic LocalFileSystem error"),
+    PermissionError("/lake/shop/t: Permission denied"), ConnectionRefusedError(), TimeoutError(),
+    LakeError("reading the lake's tombstones: no such file"),
+    RuntimeError("Traceback …\ncdclake.confluent.RegistryError: schema registry http://r could not be reached\n"),
+    RuntimeError("Generic error: /lake/shop/t/part-1.parquet (Read-only file system)"),
+    RuntimeError("An error occurred while calling o123.collect: java.lang.OutOfMemoryError: Java heap space"),
+    RuntimeError("Cannot call methods on a stopped SparkContext. SparkContext was shut down"),
+])
+def test_a_failure_of_the_machine_or_the_lake_fails_the_batch(failure):
+    assert table_failure(failure) is None
