@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from cdclake.cli.main import app
 from cdclake.cli.status import _reason_class
-from cdclake.lake.delta import DEAD_LETTERS, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import DEAD_LETTERS
 from cdclake.model.records import Record, read_file
 
 

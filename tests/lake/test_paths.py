@@ -76,7 +76,7 @@ def test_a_long_name_is_hashed_and_read_back_from_its_table(tmp_path):
     sink = DeltaSink(str(tmp_path), "p")
     uri = sink.table_uri(database, table)
     assert os.path.dirname(uri) == str(tmp_path / L.segment(database)) and L.source(L.segment(database)) is None
-    sink._ensure_table(uri, pa.schema([("id", pa.int64())]), None, L.stated_name(database, table))
+    sink.writer.ensure_table(uri, pa.schema([("id", pa.int64())]), None, L.stated_name(database, table))
     assert json.loads(DeltaTable(uri).metadata().name) == [database, table]
     assert L.lake_tables(str(tmp_path)) == [(database, table)] and not L.foreign_tables(str(tmp_path))
     DeltaTable(uri).alter.set_table_properties({L.SOURCE_NAME: L.stated_name("x", "y" * 300)},

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdclake.cli.status import collect
-from cdclake.lake.delta import CONSISTENT_UP_TO
+from cdclake.lake.layout import CONSISTENT_UP_TO
 from cdclake.model.events import RESOLVED, ChangeEvent
 from cdclake.model.records import Record, write_records
 from cdclake.pipeline import runner as pipeline

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, TableStopped
+from cdclake.errors import TableStopped
+from cdclake.lake.layout import STEPS_PER_BATCH, TABLE_STEPS
 from cdclake.model import ddl as DDL
 from cdclake.pipeline.runner import check_version_space, step_versions
 from cdclake.spark import planner

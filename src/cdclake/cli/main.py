@@ -476,7 +476,7 @@ def maintain(
 ) -> None:
     """Compact each table's small files and delete the files no recent table version needs (Delta OPTIMIZE and
     VACUUM, for the source tables and the lake's own under _cdclake/)."""
-    from cdclake.lake.delta import maintain as maintain_lake
+    from cdclake.lake.maintenance import maintain as maintain_lake
 
     _require_lake(lake)
     for done in maintain_lake(str(lake), retention_hours, compact):
