@@ -139,3 +139,10 @@ def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_
     lines = render({"tables": {n: {"rows": 1} for n in names}, "unreadable": {}, "dead_letters": {}}).splitlines()
     assert [line.split(" ")[0] for line in lines[1:-1]] == [
         "../x.t", "shop.a\\nb", "shop.\\x1b[2Jc", "shop.\\udc80", "shop.é😀"]
+
+
+def test_the_lakes_own_paths_are_under_its_reserved_directory():
+    assert L.own_path("/lake/", "progress") == "/lake/_cdclake/progress"
+    first, second = L.discard_path("/lake"), L.discard_path("/lake")
+    assert first.startswith("/lake/_cdclake/discarded/") and second.startswith("/lake/_cdclake/discarded/")
+    assert first != second

@@ -6,7 +6,7 @@
 - :mod:`~cdclake.lake.renames`: RENAME TABLE, with its journal (:mod:`~cdclake.lake.journal`);
 - the bookkeeping tables: :mod:`~cdclake.lake.tombstones`, :mod:`~cdclake.lake.progress`,
   :mod:`~cdclake.lake.dead_letters`, :mod:`~cdclake.lake.consistency` (held changes, consistency markers);
-- :mod:`~cdclake.lake.maintenance`: compaction of the lake's own tables.
+- :mod:`~cdclake.lake.maintenance`: compaction of the lake's own tables (and `cdclake maintain`'s OPTIMIZE, VACUUM).
 
 The layout they write is :mod:`cdclake.lake.layout`'s; paths are :mod:`cdclake.lake.paths`'.
 """

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from deltalake.exceptions import CommitFailedError
 
+from cdclake.lake import paths as lakepaths
 from cdclake.lake.layout import INTERNAL_TABLES
 from cdclake.lake.store import Store
 from cdclake.lake.tombstones import Tombstones
@@ -35,7 +36,7 @@ def maintain(lake: str, retention_hours: int = 168, compact: bool = True,
     changes do not, so compact between runs where possible, and only vacuum beside a running pipeline."""
     store = Store(lake, "maintenance", storage_options)
     named = [(f"{d}.{t}", store.table_uri(d, t)) for d, t in store.tables()]
-    named += [(f"_cdclake.{name}", store.own_uri(name)) for name in INTERNAL_TABLES]
+    named += [(f"{lakepaths.RESERVED}.{name}", store.own_uri(name)) for name in INTERNAL_TABLES]
     for name, uri in named:  # one at a time, as each is done: a large table takes a while
         table = store.open(uri)
         if table is None:
