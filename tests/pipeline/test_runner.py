@@ -346,7 +346,7 @@ def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
 
 
 def test_a_running_pipeline_compacts_the_lakes_own_tables_as_they_grow(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "COMPACT_AT_FILES", 3)
+    monkeypatch.setattr("cdclake.lake.maintenance.COMPACT_AT_FILES", 3)
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10 + i, i) for i in range(1, 5)]
                                                        + [change(DELETE, 20 + i, i) for i in range(1, 4)]))

@@ -187,7 +187,7 @@ class Tables:
         """Apply one DDL action but RENAME TABLE (:mod:`cdclake.lake.renames`; ``seq``: the statement's source
         sequence); returns what was done."""
         uri = self.store.table_uri(database, table)
-        if self.done(uri, version):
+        if self.store.done(uri, version):
             return "already applied"
         current = self.store.open(uri)
         if isinstance(action, DDL.Unsupported):
