@@ -67,7 +67,7 @@ class Tables:
         changes = self._keep_lake_types(target, changes, nulls_only)
         data_columns = [n for n in changes.column_names if n not in ("_cdc_op",)]
         target = self.ensure_table(uri, changes.select(data_columns).schema, target,
-                                    lakepaths.stated_name(database, table))
+                                   lakepaths.stated_name(database, table))
         metrics = self.store.rewrite(target, lambda target: (
             target.merge(changes, predicate="t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                          commit_properties=commit, merge_schema=False)
@@ -101,13 +101,13 @@ class Tables:
             elif widens(field.type, lake_type) and (is_text(field.type) or not is_text(lake_type)
                                                     or holds_values(table, field.name)):
                 # A text column that has never held a value took a stand-in type: the lake takes the batch's type
-                # instead (_ensure_table), rather than keeping numbers or bytes as text.
+                # instead (ensure_table), rather than keeping numbers or bytes as text.
                 changes = changes.set_column(index, pa.field(field.name, lake_type),
                                              cast_or_stop(changes[field.name], field.name, lake_type))
         return changes
 
     def ensure_table(self, uri: str, schema: pa.Schema, table: DeltaTable | None,
-                      name: str | None = None) -> DeltaTable:
+                     name: str | None = None) -> DeltaTable:
         """The table at ``uri`` (``table``, if open already) with every column of ``schema``: made if missing, with
         this Delta table ``name`` (see lakepaths.stated_name)."""
         if table is None:
@@ -196,9 +196,9 @@ class Tables:
             return "no lake table yet"
         if isinstance(action, DDL.Truncate | DDL.DropTable):
             # Rows newer than the statement (already here) stay. A change older than it may still arrive from
-            # another partition: the caller records a table-wide tombstone (tombstones()) to bury it.
+            # another partition: the caller records a table-wide tombstone (lake.tombstones.tombstones) to bury it.
             self.store.rewrite(current, lambda target: target.delete(f"_cdc_seq < {sql_literal(seq)}",
-                                                                commit_properties=self.store.commit(version)))
+                                                                     commit_properties=self.store.commit(version)))
             if isinstance(action, DDL.DropTable) and "://" not in uri and DeltaTable(uri).to_pyarrow_dataset(
                     ).count_rows() == 0:
                 self.store.discard(uri)
