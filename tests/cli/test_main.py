@@ -15,7 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli.main import UNREACHABLE, USAGE, app
-from cdclake.lake.delta import RENAMED_TO, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import RENAMED_TO
 from cdclake.model.records import read_file
 
 

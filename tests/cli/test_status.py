@@ -10,7 +10,8 @@ from deltalake import write_deltalake
 from typer.testing import CliRunner
 
 from cdclake.cli.main import app
-from cdclake.lake.delta import DEAD_LETTERS, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import DEAD_LETTERS
 from cdclake.model.records import Record, read_file
 
 # The last change applied to db.t: commit ts 1714521600065, then a Canal position (transaction, offset 204, row 7)

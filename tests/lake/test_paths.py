@@ -76,7 +76,7 @@ def test_a_long_name_is_hashed_and_read_back_from_its_table(tmp_path):
     sink = DeltaSink(str(tmp_path), "p")
     uri = sink.table_uri(database, table)
     assert os.path.dirname(uri) == str(tmp_path / L.segment(database)) and L.source(L.segment(database)) is None
-    sink._ensure_table(uri, pa.schema([("id", pa.int64())]), None, L.stated_name(database, table))
+    sink.writer.ensure_table(uri, pa.schema([("id", pa.int64())]), None, L.stated_name(database, table))
     assert json.loads(DeltaTable(uri).metadata().name) == [database, table]
     assert L.lake_tables(str(tmp_path)) == [(database, table)] and not L.foreign_tables(str(tmp_path))
     DeltaTable(uri).alter.set_table_properties({L.SOURCE_NAME: L.stated_name("x", "y" * 300)},
@@ -139,3 +139,10 @@ def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_
     lines = render({"tables": {n: {"rows": 1} for n in names}, "unreadable": {}, "dead_letters": {}}).splitlines()
     assert [line.split(" ")[0] for line in lines[1:-1]] == [
         "../x.t", "shop.a\\nb", "shop.\\x1b[2Jc", "shop.\\udc80", "shop.é😀"]
+
+
+def test_the_lakes_own_paths_are_under_its_reserved_directory():
+    assert L.own_path("/lake/", "progress") == "/lake/_cdclake/progress"
+    first, second = L.discard_path("/lake"), L.discard_path("/lake")
+    assert first.startswith("/lake/_cdclake/discarded/") and second.startswith("/lake/_cdclake/discarded/")
+    assert first != second

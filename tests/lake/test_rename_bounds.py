@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdclake.lake.delta import Rename
+from cdclake.lake.sink import Rename
 from cdclake.spark.planner import rename_bounds
 
 NAMES = [("shop", "a"), ("shop", "b"), ("shop", "c"), ("arch", "a")]

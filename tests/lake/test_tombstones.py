@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.lake import delta
-from cdclake.lake.delta import RENAMES, TABLE_TOMBSTONE, TOMBSTONES, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import RENAMES, TABLE_TOMBSTONE, TOMBSTONES
 
 
 def seq(ts: int, position: str = "p") -> str:
@@ -28,7 +28,7 @@ def changes(rows: list[tuple[str, str]]) -> pa.Table:
 
 
 def kept(sink: DeltaSink, table: str, rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    out = sink._drop_buried("d", table, changes(rows))
+    out = sink.tombstones.drop_buried("d", table, changes(rows))
     return list(zip(out["_cdc_key"].to_pylist(), out["_cdc_seq"].to_pylist(), strict=True))
 
 
@@ -99,26 +99,6 @@ def test_a_sink_that_keeps_the_tombstones_open_sees_every_later_delete(tmp_path)
     assert sorted(kept(sink, "t", [("[1]", seq(5)), ("[2]", seq(5))])) == [("[1]", seq(5)), ("[2]", seq(5))]
 
 
-def test_the_lakes_own_tables_are_compacted_once_they_hold_enough_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "COMPACT_AT_FILES", 4)
-    sink = DeltaSink(str(tmp_path), "p")
-    for batch in range(1, 4):
-        sink.record_tombstones(tombstones([("t", f"[{batch}]", seq(10 * batch))]), batch * 1000 + 998)
-        sink.record_progress({"batch": batch}, batch * 1000 + 999)
-    assert sink.compact_own_tables() == []  # three files each: not yet
-    sink.record_tombstones(tombstones([("t", "[4]", seq(40))]), 4998)
-    assert sink.compact_own_tables() == ["tombstones"]
-    table = DeltaTable(sink.internal_uri("tombstones"))
-    assert len(table.file_uris()) == 1 and table.to_pyarrow_table().num_rows == 4
-    assert sink._committed(table, 4998)  # the replay check still knows the last batch
-    assert kept(sink, "t", [("[2]", seq(15)), ("[2]", seq(25)), ("[4]", seq(45))]) == [("[2]", seq(25)),
-                                                                                        ("[4]", seq(45))]
-    sink.record_progress({"batch": 4}, 4999)
-    assert sink.compact_own_tables() == ["progress"]
-    assert sorted(DeltaTable(sink.internal_uri("progress")).to_pyarrow_table()["batch"].to_pylist()) == [1, 2, 3, 4]
-    assert sink.history().last["batch"] == 4  # its readers go by batch, not by where a row lies
-
-
 def journal(sink: DeltaSink, renames: list[tuple[str, str, str]]) -> None:
     """RENAME TABLE old TO new at each sequence, as the lake's journal holds them, read as a batch begins."""
     write_deltalake(sink.internal_uri("renames"), pa.Table.from_pylist(
@@ -152,4 +132,4 @@ def test_the_tombstones_of_tables_that_swapped_names_many_times_are_read_along_o
     # The table named a at the end was named b before the last swap: a delete under b after it was the other table's.
     late = [(f"[{sign}{k}]", seq(1)) for k in range(swaps) for sign in ("", "-")]
     assert kept(sink, "a", late) == [(f"[-{swaps - 1}]", seq(1))]
-    assert str(sink._lineage("d", "a")).count(" or ") <= 3 * swaps
+    assert str(sink.tombstones.lineage("d", "a")).count(" or ") <= 3 * swaps

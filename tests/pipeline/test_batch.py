@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from deltalake.exceptions import SchemaMismatchError
 
-from cdclake.errors import StopRequested
-from cdclake.lake.delta import STEPS_PER_BATCH, TABLE_STEPS, LakeError, TableStopped
+from cdclake.errors import LakeError, StopRequested, TableStopped
+from cdclake.lake.layout import STEPS_PER_BATCH, TABLE_STEPS
 from cdclake.model import ddl as DDL
 from cdclake.model.types import InvalidType
 from cdclake.pipeline.batch import check_version_space, step_versions, table_failure

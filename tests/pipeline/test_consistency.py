@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.lake.delta import CONSISTENT_UP_TO
+from cdclake.lake.layout import CONSISTENT_UP_TO
 from cdclake.model.events import RESOLVED, ChangeEvent
 from cdclake.model.records import Record, write_records
 from cdclake.pipeline import runner as pipeline

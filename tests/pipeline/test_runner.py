@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from cdclake import formats
 from cdclake.cli.main import app
-from cdclake.lake import delta
+from cdclake.lake.layout import TABLE_TOMBSTONE
 from cdclake.lake.lock import one_batch_at_a_time
 from cdclake.model.events import DDL, DELETE, INSERT, ROW, TRUNCATE, UPDATE, ChangeEvent, Column
 from cdclake.model.records import Record, captured_line, write_records
@@ -350,7 +350,7 @@ def test_batches_on_one_lake_are_applied_one_at_a_time(tmp_path):
 
 
 def test_a_running_pipeline_compacts_the_lakes_own_tables_as_they_grow(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "COMPACT_AT_FILES", 3)
+    monkeypatch.setattr("cdclake.lake.maintenance.COMPACT_AT_FILES", 3)
     (tmp_path / "in").mkdir()
     write_records(tmp_path / "in" / "1.jsonl", records([change(INSERT, 10 + i, i) for i in range(1, 5)]
                                                        + [change(DELETE, 20 + i, i) for i in range(1, 4)]))
@@ -705,7 +705,7 @@ def test_a_crash_between_the_clauses_of_a_statement_applies_each_clause_once(tmp
     assert users["[1]"]["email"] is None and users["[3]"]["email"] == "u3@example.com"
     assert sorted(lake_rows(str(lake), "shop", "audit")) == ["[3]"]
     buried = DeltaTable(str(lake / "_cdclake" / "tombstones")).to_pyarrow_table().to_pylist()
-    assert [(r["table"], r["_cdc_key"]) for r in buried] == [("audit", delta.TABLE_TOMBSTONE)]
+    assert [(r["table"], r["_cdc_key"]) for r in buried] == [("audit", TABLE_TOMBSTONE)]
 
 
 def test_a_rename_seen_in_one_partition_only_moves_the_rows_before_it(spark, tmp_path, batches_of):

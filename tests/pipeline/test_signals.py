@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -35,3 +36,15 @@ def test_without_a_signal_the_handlers_are_given_back():
     with stop_on_signal() as stop:
         pass
     assert not stop.is_set() and (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+
+
+def test_a_run_that_ends_right_after_its_signal_still_swallows_the_second_delivery():
+    # `timeout -s INT` and `kill -- -PGID` deliver one signal twice; a run that ends between the two must not die
+    # of the second (CI saw such a run exit -2 after printing its summary).
+    handler = signal.getsignal(signal.SIGINT)
+    again = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    with stop_on_signal() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        again.start()
+    assert stop.is_set() and not again.is_alive()  # leaving waited out the window, the second came meanwhile
+    assert signal.getsignal(signal.SIGINT) is handler

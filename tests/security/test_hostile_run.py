@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cdclake import formats
 from cdclake.cli.main import app
 from cdclake.lake import paths as lakepaths
-from cdclake.lake.delta import DEAD_LETTERS, PROGRESS, TOMBSTONES
+from cdclake.lake.layout import DEAD_LETTERS, PROGRESS, TOMBSTONES
 from cdclake.model.events import DDL, INSERT, ROW, TRUNCATE, ChangeEvent, Column
 from cdclake.model.records import write_records
 from tests.helpers.lake import lake_rows

@@ -1,5 +1,5 @@
 """The one quoting function of each SQL dialect that a message's values reach: delta-rs predicates (DataFusion SQL,
-``sinks.delta.sql_literal``) and Spark SQL (``spark.planner.sql_string``), with hostile text: each
+``lake.store.sql_literal``) and Spark SQL (``spark.planner.sql_string``), with hostile text: each
 literal must mean its text exactly, whatever quotes, backslashes, escapes, newlines or NULs it holds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.lake.delta import sql_literal
+from cdclake.lake.store import sql_literal
 from cdclake.spark.planner import sql_string
 
 HOSTILE = ["", "'", "''", "a' OR '1'='1", "z' OR '1'<'2", "\\", "\\'", "a\\", "\\\\'", "\\u0027", "\\x27", "\\047",

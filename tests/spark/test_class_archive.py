@@ -32,7 +32,7 @@ print(bean.getVMOption("SharedArchiveFile").getValue())
 RECORDED = """
 import sys, tempfile
 from pathlib import Path
-from cdclake.simulator import demo
+from cdclake.cli import demo
 from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session
 options = f"{LOCAL_DEFAULTS[JAVA_OPTIONS]} -XX:StartFlightRecording=filename={sys.argv[1]}"
 print(get_session(conf={JAVA_OPTIONS: options}).sparkContext.getConf().get(JAVA_OPTIONS))

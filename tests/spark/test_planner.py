@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from cdclake import formats
 from cdclake.formats.base import layout_id
-from cdclake.lake.delta import Rename
+from cdclake.lake.sink import Rename
 from cdclake.model.events import ChangeEvent, Column
 from cdclake.sources.files import UNREADABLE_HEADER
 from cdclake.spark.changelog import AFTER_MAP, FLAT_ARROW, RECORD_SCHEMA, decode, flat, nested

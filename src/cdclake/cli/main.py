@@ -652,7 +652,7 @@ def demo(
 ) -> None:
     """Four change streams (TiCDC Canal-JSON and Open Protocol, Debezium JSON, DTS Avro) → Spark → Delta
     tables, read back with DuckDB and Polars and checked against the sources' final state."""
-    from cdclake.simulator import demo as D
+    from cdclake.cli import demo as D
 
     if not D.run(workdir.resolve(), events=events, seed=seed, say=typer.echo):
         raise typer.Exit(1)
@@ -667,7 +667,7 @@ def class_archive(
     lists the classes Spark loads, then archives them (Java class-data sharing, about 200 MB in ~/.cache). Every
     later local session maps the archive: starting Spark took 3.6-3.8 s instead of 6.1-6.7 s here. Run it again
     after upgrading Java, pyspark or cdclake; until then sessions start as they did without it."""
-    from cdclake.simulator import demo as D
+    from cdclake.cli import demo as D
 
     typer.echo("Running the demo's pipeline on small sample data while the JVM lists the classes it loads…")
     with tempfile.TemporaryDirectory() as tmp:

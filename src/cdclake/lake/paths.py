@@ -25,12 +25,14 @@ import hashlib
 import json
 import os
 import re
+import uuid
 
 ESCAPE = "~"
 MAX_SEGMENT = 255  # bytes: the usual limit of a file name
 HASH_CHARS = 32
 SOURCE_NAME = "cdclake.sourceName"  # table property: stated_name() of a table a RENAME TABLE gave a hashed segment
 RESERVED = "_cdclake"  # the lake's own directory; no segment starts with "_"
+DISCARDED = "discarded"  # under RESERVED: table directories being deleted (see own_path, discard_path)
 _PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
 _HASHED = re.compile(rf"[a-z0-9_~-]*~~[0-9a-f]{{{HASH_CHARS}}}")
 
@@ -80,6 +82,17 @@ def source(segment_name: str) -> str | None:
 def table_path(lake: str, database: str, table: str) -> str:
     """Where the lake keeps the source table ``database``.``table``."""
     return f"{lake.rstrip('/')}/{segment(database)}/{segment(table)}"
+
+
+def own_path(lake: str, name: str) -> str:
+    """Where the lake keeps its own table (or directory) ``name``: under :data:`RESERVED`, which no source table's
+    path can reach."""
+    return f"{lake.rstrip('/')}/{RESERVED}/{name}"
+
+
+def discard_path(lake: str) -> str:
+    """A new, unique place in the lake's own ``discarded`` directory for a table directory on its way out."""
+    return f"{own_path(lake, DISCARDED)}/{uuid.uuid4().hex}"
 
 
 def stated_name(database: str, table: str) -> str | None:

@@ -1,22 +1,33 @@
 """What the pipeline needs from a lake sink: the planner's steps applied exactly once, plus the lake's own
 bookkeeping (dead letters, tombstones, progress, held changes).
 
-``DeltaSink`` (delta-rs) is the implementation here. A cluster with Delta's Spark extension can implement
-the same interface with Spark's ``MERGE INTO`` (``apply_rows`` is the one step that moves the data; the
-rest is bookkeeping): every method that writes gets the step's ``version`` and must skip the write when the
-target already carries that app-transaction marker, which is what makes a replayed batch harmless.
+``cdclake.lake.delta.DeltaSink`` (delta-rs) is the implementation here; the planner imports this module only.
+A cluster with Delta's Spark extension can implement the same interface with Spark's ``MERGE INTO``
+(``apply_rows`` is the one step that moves the data; the rest is bookkeeping): every method that writes gets the
+step's ``version`` and must skip the write when the target already carries that app-transaction marker, which
+is what makes a replayed batch harmless.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
 from cdclake.model import ddl as DDL
 
 if TYPE_CHECKING:
-    from cdclake.lake.delta import History, Rename
+    from cdclake.lake.progress import History
+
+
+class Rename(NamedTuple):
+    """A RENAME TABLE the lake applied: the table's changes older than ``seq`` are the new table's (the planner
+    routes them there, the lake's tombstones follow them back)."""
+    database: str
+    table: str
+    seq: str
+    new_database: str
+    new_table: str
 
 
 class Sink(Protocol):

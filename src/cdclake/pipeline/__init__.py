@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from cdclake.lake.delta import Maintained
+    from cdclake.lake.maintenance import Maintained
     from cdclake.model.records import Record
     from cdclake.pipeline.batch import BatchReport
     from cdclake.pipeline.runner import RunSummary
@@ -138,7 +138,7 @@ def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = No
         with_bytes: also their keys, values and headers (they may be large).
 
     Returns:
-        An Arrow table of the dead letters (columns of ``cdclake.lake.delta.DEAD_LETTERS``). A damaged dead-letter
+        An Arrow table of the dead letters (columns of ``cdclake.lake.layout.DEAD_LETTERS``). A damaged dead-letter
         table raises :class:`~cdclake.errors.LakeError`.
     """
     from cdclake.pipeline import inspection
@@ -172,7 +172,7 @@ def maintain(lake: str, retention_hours: int = 168, compact: bool = True) -> Ite
     Returns:
         What was done to each table, as each is done.
     """
-    from cdclake.lake.delta import maintain as maintain_lake
+    from cdclake.lake.maintenance import maintain as maintain_lake
 
     return maintain_lake(lake, retention_hours, compact)
 

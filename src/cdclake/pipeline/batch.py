@@ -23,9 +23,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdclake.errors import StopRequested
-from cdclake.lake import delta
-from cdclake.lake.delta import STEPS_PER_BATCH, TableStopped
+from cdclake.errors import LakeError, StopRequested, TableStopped
+from cdclake.lake import tombstones as lake_tombstones
+from cdclake.lake.layout import STEPS_PER_BATCH, TABLE_STEPS, TABLE_TOMBSTONE
 from cdclake.lake.lock import one_batch_at_a_time
 from cdclake.lake.sink import Sink
 from cdclake.model import ddl as DDL
@@ -387,7 +387,7 @@ class BatchApplier:
                 rows[change] += count
             deletes = changes.filter(pa.compute.equal(changes["_cdc_op"], "d"))
             if deletes.num_rows:
-                tombstones.append(delta.tombstones(database, table, deletes["_cdc_key"], deletes["_cdc_seq"]))
+                tombstones.append(lake_tombstones.tombstones(database, table, deletes["_cdc_key"], deletes["_cdc_seq"]))
             return
         # A clause that is never applied stops the table before any clause of its statement is applied.
         for action in step.actions:
@@ -403,7 +403,7 @@ class BatchApplier:
             logger.info("batch %d of %s: %s.%s: %s", report.batch, report.source, database, table, done)
             if isinstance(action, DDL.Truncate | DDL.DropTable):
                 # Also where the step was committed before a crash: the batch records its tombstones as one.
-                tombstones.append(delta.tombstones(database, table, [delta.TABLE_TOMBSTONE], [step.seq]))
+                tombstones.append(lake_tombstones.tombstones(database, table, [TABLE_TOMBSTONE], [step.seq]))
 
     def _renamed_before(self, name: tuple[str, str], last: planner.Step, versions: list[int]) -> bool:
         """Whether a run that ends with a RENAME TABLE was applied, to the rename, before a crash: its steps would
@@ -486,9 +486,9 @@ def check_version_space(name: planner.TableName, commits: list[list[int]], batch
     """Stops a table whose commits in this batch (see :func:`step_versions`) outnumber the versions a batch has for
     one table: the next batch's would take them, and skip its own steps on the table as committed."""
     made = max((version for step in commits for version in step), default=0) - batch * STEPS_PER_BATCH
-    if made > delta.TABLE_STEPS:
+    if made > TABLE_STEPS:
         raise TableStopped(f"batch {batch} makes {made} commits to table {name[0]}.{name[1]} (its segments and DDL "
-                           f"clauses), more than the {delta.TABLE_STEPS} a batch can number: lower the source's "
+                           f"clauses), more than the {TABLE_STEPS} a batch can number: lower the source's "
                            f"max_records_per_batch")
 
 
@@ -506,10 +506,10 @@ def table_failure(failure: Exception) -> str | None:
     stop the run asked for (:class:`StopRequested`; interrupts and exits are not caught at all), an error that
     stops a run by design (:func:`stopping_error`: a registry down, corruption under corruption-handling=error),
     memory running out, the lake's storage failing (an ``OSError``, a file the machine refused to write), the
-    lake's own tables failing (:class:`~cdclake.lake.delta.LakeError`) and Spark or its JVM going away."""
+    lake's own tables failing (:class:`~cdclake.lake.LakeError`) and Spark or its JVM going away."""
     if isinstance(failure, TableStopped | InvalidType):
         return str(failure)
-    if isinstance(failure, StopRequested | MemoryError | OSError | delta.LakeError):
+    if isinstance(failure, StopRequested | MemoryError | OSError | LakeError):
         return None
     text = str(failure)
     if file_system_problem(failure) is not None or stopping_error(failure) is not None or _NOT_THE_TABLE.search(text):

@@ -14,8 +14,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.errors import LakeError
-from cdclake.lake.delta import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO, read_dataset, read_history
+from cdclake.lake.layout import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO
 from cdclake.lake.paths import lake_tables, refuse_foreign, table_path
+from cdclake.lake.progress import read_history
+from cdclake.lake.store import read_dataset
 from cdclake.model.records import Record
 
 # What reading a damaged table raises: a log entry that is no JSON or a log without its first entry (DeltaError), a

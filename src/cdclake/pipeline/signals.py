@@ -48,13 +48,14 @@ def stop_on_signal() -> Iterator[threading.Event]:
     try:
         yield stop
     finally:
-        # Right after a signal, the same one delivered again may still come: ``request_stop`` stays to swallow it
-        # and hands over to the previous handler at the next signal after that (else a run that ends within the
-        # window would die of its own stop signal).
-        if not first or time.monotonic() - first[0] >= SAME_SIGNAL_S:
-            for number, handler in previous.items():
-                if signal.getsignal(number) is request_stop:  # not one set meanwhile (Spark's, as its session starts)
-                    signal.signal(number, handler)
+        # Right after a signal, the same one delivered again may still come: a run that ends within the window
+        # waits it out with ``request_stop`` in place, which swallows it, before the previous handler is back (else
+        # the finished run would die of its own stop signal).
+        if first:
+            time.sleep(max(0.0, SAME_SIGNAL_S - (time.monotonic() - first[0])))
+        for number, handler in previous.items():
+            if signal.getsignal(number) is request_stop:  # not one set meanwhile (Spark's, as its session starts)
+                signal.signal(number, handler)
 
 
 # How long after a signal the same signal again counts as the first one delivered twice (see stop_on_signal).

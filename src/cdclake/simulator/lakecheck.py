@@ -70,7 +70,7 @@ def differences(lake: str, expected: dict, key_names: dict, limit: int = 10) -> 
         if not DeltaTable.is_deltatable(path):
             problems.append(f"{database}.{table}: no lake table")
             continue
-        from cdclake.lake.delta import read_table
+        from cdclake.lake.store import read_table
 
         data = read_table(DeltaTable(path))
         types = {f.name: f.type for f in data.schema}

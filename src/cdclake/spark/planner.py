@@ -1,7 +1,7 @@
 """The planner: a batch's changelog → per-table steps, in Spark SQL so that it scales out.
 
-Per table and key, changes are ordered by the source's own sequence — ``_cdc_seq`` = commit_ts (20
-digits) + ``/`` + position — never by arrival. Replays collapse (same key, same sequence), each key is
+Per table and key, changes are ordered by the source's own sequence — ``_cdc_seq``, laid out by
+:mod:`cdclake.model.seq` — never by arrival. Replays collapse (same key, same sequence), each key is
 reduced to its net change per segment, and an update that moves a row to another key becomes a delete
 of the old key and an insert of the new one. DDL events are barriers: they cut a table's changes into
 segments, applied in order with the DDL between them.
@@ -19,8 +19,9 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
-from cdclake.lake.delta import Rename
+from cdclake.lake.sink import Rename
 from cdclake.model import ddl as DDL
+from cdclake.model import seq as cdc_seq
 from cdclake.model import types as T
 from cdclake.model.ddl import TableName
 from cdclake.model.events import Column
@@ -106,17 +107,14 @@ class BatchPlan:
 # where a batch without such events keeps the same code and Spark's compiled classes from the batches before.
 TIMELESS = "timeless"
 
-# A change without a commit ts (a TiCDC Avro delete is a bare tombstone) happened after everything
-# before it in its partition: it takes the partition's latest commit ts so far (``_partition_ts``, see
-# partition_commit_ts) and sorts after that commit's changes ("~" follows every digit).
-SEQ = ("concat(lpad(cast(coalesce(commit_ts, _partition_ts, 0) AS STRING), 20, '0'), '/', "
-       "CASE WHEN commit_ts IS NULL THEN concat('~', lpad(cast(offset AS STRING), 20, '0')) "
-       "ELSE coalesce(position, '') END)")
+# Each change's _cdc_seq (layout: cdclake.model.seq); a change without a commit ts takes its partition's latest so far
+# (``_partition_ts``, see partition_commit_ts).
+SEQ = cdc_seq.sql("commit_ts", "_partition_ts", "position", "offset")
 
 
 def commit_ts_of(last_seq: dict[str, str]) -> dict[str, int]:
-    """Each table's commit ts from its last ``_cdc_seq`` (see SEQ), by the table's ``database.table``."""
-    return {name: int(seq[:20]) for name, seq in last_seq.items() if seq and seq[:20].isdigit()}
+    """Each table's commit ts from its last ``_cdc_seq``, by the table's ``database.table``."""
+    return {name: ts for name, last in last_seq.items() if (ts := cdc_seq.commit_ts(last)) is not None}
 
 
 # What the net reduction carries on: the lake needs no more of a change.

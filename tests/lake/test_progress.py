@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdclake.lake import delta
-from cdclake.lake.delta import PROGRESS, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import PROGRESS
 from cdclake.pipeline import inspection as status
 
 # What each batch read: (table, last_seq, why it stopped) and (partition, last offset).
@@ -42,7 +42,7 @@ def stands_where_the_batches_left_it(sink: DeltaSink) -> None:
 @pytest.mark.parametrize("every", [1, 3, 1000])
 def test_a_pipeline_stands_where_its_batches_left_it_whichever_rows_state_the_whole_state(tmp_path, monkeypatch,
                                                                                           every):
-    monkeypatch.setattr(delta, "SNAPSHOT_EVERY", every)
+    monkeypatch.setattr("cdclake.lake.progress.SNAPSHOT_EVERY", every)
     sink = DeltaSink(str(tmp_path), "p")
     for batch in BATCHES:
         sink.record_progress(progress(batch), batch * 1000 + 999)
@@ -55,7 +55,7 @@ def test_a_pipeline_stands_where_its_batches_left_it_whichever_rows_state_the_wh
 
 
 def test_the_rows_before_the_latest_snapshot_are_not_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "SNAPSHOT_EVERY", 3)
+    monkeypatch.setattr("cdclake.lake.progress.SNAPSHOT_EVERY", 3)
     sink = DeltaSink(str(tmp_path), "p")
     for batch in BATCHES:
         sink.record_progress(progress(batch), batch * 1000 + 999)
@@ -65,7 +65,7 @@ def test_the_rows_before_the_latest_snapshot_are_not_read(tmp_path, monkeypatch)
 
 
 def test_a_lake_written_before_snapshots_is_read_whole_and_gains_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "SNAPSHOT_EVERY", 3)
+    monkeypatch.setattr("cdclake.lake.progress.SNAPSHOT_EVERY", 3)
     older = DeltaSink(str(tmp_path), "p")
     for batch in range(1, 6):
         older.record_progress(progress(batch), batch * 1000 + 999)
@@ -82,7 +82,7 @@ def test_a_lake_written_before_snapshots_is_read_whole_and_gains_them(tmp_path, 
 
 
 def test_status_shows_each_table_as_the_last_batch_of_any_pipeline_left_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(delta, "SNAPSHOT_EVERY", 2)
+    monkeypatch.setattr("cdclake.lake.progress.SNAPSHOT_EVERY", 2)
     for batch in BATCHES:
         DeltaSink(str(tmp_path), "p").record_progress(progress(batch), batch * 1000 + 999)
     other = DeltaSink(str(tmp_path), "q")  # another pipeline of the lake, later

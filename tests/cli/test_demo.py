@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdclake.simulator import demo
+from cdclake.cli import demo
 
 pytestmark = pytest.mark.spark
 

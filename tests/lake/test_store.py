@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.lake import delta
-from cdclake.lake.delta import TOMBSTONES, DeltaSink
+from cdclake.lake.delta import DeltaSink
+from cdclake.lake.layout import TOMBSTONES
 
 
 def changes(keys: list[int], op: str, seq: str) -> pa.Table:
@@ -42,7 +42,7 @@ def overtaken(monkeypatch) -> list[int]:
             self._compact_first()
             return super().delete(*args, **kwargs)
 
-    monkeypatch.setattr(delta, "DeltaTable", Overtaken)
+    monkeypatch.setattr("cdclake.lake.store.DeltaTable", Overtaken)
     return compacted
 
 
