@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from cdclake import formats
+from cdclake import simulator as W
 from cdclake.formats.base import Format
-from cdclake.simulator import workload as W
 
 RESULTS = Path(__file__).with_name("results.md")
 START, END = "<!-- decode:start -->", "<!-- decode:end -->"

@@ -41,10 +41,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from cdclake import formats  # noqa: E402
+from cdclake import simulator as workload  # noqa: E402
 from cdclake.model.records import write_records  # noqa: E402
 from cdclake.pipeline import runner as pipeline  # noqa: E402
 from cdclake.pipeline.config import PipelineConfig, SourceConfig  # noqa: E402
-from cdclake.simulator import lakecheck, workload  # noqa: E402
+from cdclake.simulator import lakecheck  # noqa: E402
 from cdclake.spark import changelog as CL  # noqa: E402
 from cdclake.spark.session import JAVA_OPTIONS, LOCAL_DEFAULTS, get_session, task_slots  # noqa: E402
 from decode import RESULTS, write  # noqa: E402

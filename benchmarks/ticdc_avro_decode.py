@@ -26,7 +26,7 @@ import fastavro
 
 from cdclake.formats.ticdc.avro import TicdcAvro
 from cdclake.model.events import INSERT, ROW, UPDATE, ChangeEvent, Column
-from cdclake.simulator.workload import ALL_TYPES, value_generator
+from cdclake.simulator import ALL_TYPES, value_generator
 
 N = 20_000
 CHECKSUMS = {

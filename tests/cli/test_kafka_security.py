@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from cdclake.simulator import workload
+from cdclake import simulator as workload
 from cdclake.simulator.lakecheck import differences as lake_differences
 from tests.helpers.kafka_broker import USERS
 

@@ -27,10 +27,10 @@ import msgspec
 import pyarrow as pa
 
 from cdclake import formats
+from cdclake import simulator as W
 from cdclake.formats.base import DecodeError, Format, reason
 from cdclake.model import values as V
 from cdclake.model.records import Record, captured_line, parse_captured_line
-from cdclake.simulator import workload as W
 from cdclake.sources.files import captured_to_arrow
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"

@@ -12,7 +12,7 @@ from cdclake.model import types as T
 from cdclake.model import values as V
 from cdclake.model.events import Column
 from cdclake.model.types import SqlType, parse_type
-from cdclake.simulator.workload import ALL_TYPES  # one column of every MySQL/TiDB type family the formats carry
+from cdclake.simulator import ALL_TYPES  # one column of every MySQL/TiDB type family the formats carry
 
 _MIN_DATETIME = dt.datetime(1000, 1, 1)
 _MAX_DATETIME = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)

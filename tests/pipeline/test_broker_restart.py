@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdclake.simulator import workload
+from cdclake import simulator as workload
 from cdclake.simulator.lakecheck import differences as lake_differences
 from tests.helpers.kafka_broker import batches_logged
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdclake import simulator as workload
 from cdclake.lake.layout import CONSISTENT_UP_TO
 from cdclake.model.events import RESOLVED, ChangeEvent
 from cdclake.model.records import Record, write_records
@@ -22,7 +23,6 @@ from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.batch import BatchReport
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.pipeline.inspection import collect
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.crashes import crash_at_every_point_then_finish
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from cdclake import simulator as workload
 from cdclake.cli.main import app
 from cdclake.formats.avro import registry as confluent
 from cdclake.model.records import Record, captured_line, read_file, write_records
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.pipeline.positions import SourceRead
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.registries import FakeRegistry, as_apicurio_framed
 

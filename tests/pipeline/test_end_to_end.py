@@ -10,10 +10,10 @@ import json
 import pytest
 
 from cdclake import formats
+from cdclake import simulator as workload
 from cdclake.formats.avro import registry as confluent
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.registries import APICURIO_FORMS, FakeRegistry, as_apicurio_framed
 

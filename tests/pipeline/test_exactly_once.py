@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdclake import simulator as workload
 from cdclake.model.events import INSERT, TRUNCATE, Column
 from cdclake.model.records import write_records
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.lake import lake_rows
 from tests.pipeline.test_runner import COLUMNS, change, ddl, records

@@ -15,13 +15,13 @@ from deltalake import DeltaTable
 from typer.testing import CliRunner
 
 from cdclake import formats
+from cdclake import simulator as workload
 from cdclake.cli.main import app
 from cdclake.formats.avro import registry as confluent
 from cdclake.model.records import Record, read_file
 from cdclake.pipeline import runner as pipeline
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.pipeline.failures import stopping_error
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences as lake_differences
 from cdclake.sources.files import UNREADABLE_HEADER
 from tests.helpers.lake import lake_rows

@@ -14,12 +14,12 @@ from urllib.parse import quote
 
 import pytest
 
+from cdclake import simulator as workload
 from cdclake.formats.avro import registry as confluent
 from cdclake.lake.delta import DeltaSink
 from cdclake.model.records import write_records
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
 from cdclake.pipeline.positions import source_read
-from cdclake.simulator import workload
 from cdclake.spark import sources
 from tests.helpers.registries import FakeRegistry, as_apicurio_framed
 

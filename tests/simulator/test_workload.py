@@ -8,6 +8,7 @@ import datetime as dt
 import importlib
 import itertools
 import json
+import random
 import re
 import struct
 from collections import Counter
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cdclake import formats
+from cdclake import simulator as W
 from cdclake.cli.main import app
 from cdclake.formats.base import Format
 from cdclake.model import types as T
@@ -38,7 +40,7 @@ from cdclake.model.events import (
 )
 from cdclake.model.records import Record, read_file
 from cdclake.model.types import parse_type
-from cdclake.simulator import workload as W
+from cdclake.simulator.values import _float32_text
 
 # Option variants that change what a format's producer writes or its decoder delivers; every other format
 # runs with its defaults.
@@ -204,7 +206,7 @@ def test_ms_clock_profile_gives_commit_time_in_ms():
 @pytest.mark.parametrize("type_text", W.ALL_TYPES)
 def test_generated_values_fit_their_type(type_text):
     gen = W.value_generator(type_text)
-    r = W.random.Random(type_text)
+    r = random.Random(type_text)
     t = parse_type(type_text)
     for _ in range(2000):
         check_value(t, gen(r))
@@ -229,7 +231,7 @@ def check_value(t: T.SqlType, v: object) -> None:
         assert not re.fullmatch(r"-0+(\.0+)?", v)  # no negative zero
     elif f == T.FLOAT:
         assert type(v) is float and struct.unpack("<f", struct.pack("<f", v))[0] == v
-        assert W._float32_text(v) is not None and float(W._float32_text(v)) == v
+        assert _float32_text(v) is not None and float(_float32_text(v)) == v
     elif f == T.DOUBLE:
         assert type(v) is float and v == v and abs(v) != float("inf")
     elif f == T.DATE:
@@ -296,7 +298,7 @@ def test_fold_orders_by_commit_ts_and_position_not_arrival():
     db = busy(seed=7)
     events = db.run(3000)
     shuffled = list(events)
-    W.random.Random(1).shuffle(shuffled)
+    random.Random(1).shuffle(shuffled)
     assert same(W.fold(shuffled), db.state())
     # A redelivered copy sorts beside its original and changes nothing.
     again = events + [msgspec.structs.replace(e) for e in events[100:900]]

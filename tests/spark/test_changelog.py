@@ -15,8 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
+from cdclake import simulator as workload
 from cdclake.model.records import KIND_LINES, Record, captured_line, is_captured_file
-from cdclake.simulator import workload
 from cdclake.sources import files
 from cdclake.spark import changelog
 from cdclake.spark.changelog import CHANGELOG_ARROW, decode_arrow_task, decode_batch, decode_task, records_from_arrow

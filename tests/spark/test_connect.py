@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
+from cdclake import simulator as workload
 from cdclake.model.events import INSERT, UPDATE
 from cdclake.model.records import write_records
-from cdclake.simulator import workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.lake import lake_rows
 from tests.pipeline.test_runner import change, ddl, records

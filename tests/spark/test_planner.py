@@ -130,7 +130,7 @@ def test_lake_types_agree_between_spark_casts_and_ddl_columns(spark):
     """A column added by DDL (Arrow type from lake_types) must have the type the Spark casts give rows."""
     from cdclake.model.events import Column
     from cdclake.model.types import parse_type
-    from cdclake.simulator.workload import ALL_TYPES
+    from cdclake.simulator import ALL_TYPES
     from cdclake.spark.lake_types import arrow_type
     from cdclake.spark.planner import typed_changes
 

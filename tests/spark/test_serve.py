@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cdclake.simulator import workload
+from cdclake import simulator as workload
 from cdclake.simulator.lakecheck import differences
 from tests.helpers.kafka_broker import free_port
 

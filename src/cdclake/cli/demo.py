@@ -1,7 +1,7 @@
 """``cdclake demo``: change streams in four wire formats → one Spark pipeline → Delta tables, read back by
 DuckDB and Polars, and checked against the state the simulated source database ended in.
 
-The sample data comes from the bundled simulator (:mod:`cdclake.simulator.workload`): the same seed gives the same
+The sample data comes from the bundled simulator (:mod:`cdclake.simulator`): the same seed gives the same
 records on every machine, so the demo needs nothing from the network.
 """
 
@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cdclake import formats
+from cdclake import simulator as workload
 from cdclake.pipeline.config import PipelineConfig, SourceConfig
-from cdclake.simulator import lakecheck, workload
+from cdclake.simulator import lakecheck
 
 # (source name, format, options): a TiCDC changefeed as Canal-JSON and as Open Protocol, a Debezium MySQL
 # connector with the JSON converter, and an Alibaba DTS subscription in its Avro format.

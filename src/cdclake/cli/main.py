@@ -491,7 +491,7 @@ def generate(
     kafka_option: KafkaOptionPairs = None,
 ) -> None:
     """Simulate a source database and write its changes as FORMAT records, with the expected final state."""
-    from cdclake.simulator import workload as W
+    from cdclake import simulator as W
 
     try:
         format_cls = formats.get(format_name)

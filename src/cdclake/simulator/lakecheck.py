@@ -1,5 +1,5 @@
 """How a lake table compares with an expected state: the check behind ``cdclake demo`` and the end-to-end
-tests. Expected rows are canonical values (as :mod:`cdclake.simulator.workload` folds them); each is converted to
+tests. Expected rows are canonical values (as :func:`cdclake.simulator.oracle.fold` folds them); each is converted to
 what the lake column of its Arrow type must hold, independently of the Spark casts that wrote it."""
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdclake import formats
+from cdclake import simulator as workload
 from cdclake.model import values as V
 from cdclake.model.records import Record, read_file
 from cdclake.model.types import parse_type
 from cdclake.native import compiled
-from cdclake.simulator import workload
 from cdclake.sources.files import records_to_arrow
 from cdclake.spark import changelog as CL
 from tests.helpers.strategies import canonical_value, columns_of

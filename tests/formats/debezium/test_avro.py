@@ -413,7 +413,7 @@ def test_non_change_values_are_skipped_or_ddl(tmp_path: Path) -> None:
 
 
 def test_simulated_workload_reaches_the_expected_state(tmp_path: Path) -> None:
-    from cdclake.simulator import workload
+    from cdclake import simulator as workload
 
     options = {"registry": str(tmp_path / "registry")}
     generated = workload.generate("debezium-avro", events=600, tables=2, seed=5, partitions=3, replays=0.05,

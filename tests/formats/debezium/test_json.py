@@ -893,7 +893,7 @@ def test_round_trip_structured_time_precision_mode(events: list[ChangeEvent]) ->
 @pytest.mark.parametrize("options", [{}, {"schemas-enable": "false"}])
 def test_simulated_workload_reaches_the_expected_state(options: dict[str, str]) -> None:
     # The simulator's own oracle: key changes, deletes with tombstones, 3 partitions and redelivered records.
-    from cdclake.simulator import workload
+    from cdclake import simulator as workload
 
     generated = workload.generate("debezium-json", events=600, tables=2, seed=11, partitions=3, replays=0.05,
                                   options=options)
