@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake import formats
+from cdclake.lake.paths import own_path
 
 if TYPE_CHECKING:
     from cdclake.sources.kafka import ClientSettings
@@ -172,7 +173,7 @@ class PipelineConfig:
     max_dead_letter_ratio: float = 0.0
 
     def checkpoint_dir(self) -> str:
-        return self.checkpoint or os.path.join(self.lake, "_cdclake", "checkpoints", self.name)
+        return self.checkpoint or own_path(self.lake, f"checkpoints/{self.name}")
 
     def make_directories(self) -> None:
         """The lake's and the checkpoints' directories, where they are local paths: a path that cannot be one fails

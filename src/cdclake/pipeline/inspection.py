@@ -15,7 +15,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.errors import LakeError
 from cdclake.lake.layout import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO
-from cdclake.lake.paths import lake_tables, refuse_foreign, table_path
+from cdclake.lake.paths import lake_tables, own_path, refuse_foreign, table_path
 from cdclake.lake.progress import read_history
 from cdclake.lake.store import read_dataset
 from cdclake.model.records import Record
@@ -45,7 +45,7 @@ def _read(uri: str, columns: list[str]) -> pa.Table | None:
 def is_lake(lake: str) -> bool:
     """Whether a local directory is a lake: a run makes its ``_cdclake`` directory before anything else. Delta
     tables at ``<database>/<table>`` alone do not make one (``/tmp`` may hold some of other programs)."""
-    return os.path.isdir(os.path.join(lake, "_cdclake"))
+    return os.path.isdir(own_path(lake, ""))
 
 
 def check_lake(lake: str) -> None:
@@ -73,7 +73,7 @@ def pipelines(lake: str) -> list[str]:
     """The pipelines (``NAME.SOURCE``) that have recorded a batch or a dead letter in the lake."""
     names: set[str] = set()
     for own in ("progress", "dead_letters"):
-        table = _read(os.path.join(lake, "_cdclake", own), ["pipeline"])
+        table = _read(own_path(lake, own), ["pipeline"])
         if table is not None:
             names.update(pc.unique(table["pipeline"]).to_pylist())
     return sorted(name for name in names if name)
@@ -104,7 +104,7 @@ def collect(lake: str) -> dict[str, Any]:
     unreadable: dict[str, str] = {}  # the lake's own tables that could not be read, and why
     latest: dict[str, dict[str, Any]] = {}  # by table: the state its last batch left, of whichever pipeline
     try:
-        progress = _open(os.path.join(lake, "_cdclake", "progress"))
+        progress = _open(own_path(lake, "progress"))
         if progress is not None:
             for pipeline in progress.to_pyarrow_table(columns=["pipeline"])["pipeline"].unique().to_pylist():
                 for name, state in read_history(progress, pipeline).tables.items():
@@ -121,7 +121,7 @@ def collect(lake: str) -> dict[str, Any]:
         info["stopped"] = state.get("stopped")
     reasons: Counter[str] = Counter()
     try:
-        dead = _read(os.path.join(lake, "_cdclake", "dead_letters"), ["reason"])
+        dead = _read(own_path(lake, "dead_letters"), ["reason"])
     except DAMAGED as exc:
         dead, unreadable["_cdclake/dead_letters"] = None, first_line(exc)
     if dead is not None:
@@ -149,13 +149,13 @@ def dead_letters(lake: str, reason: str | None = None, pipeline: str | None = No
     try:
         return _dead_letters(lake, reason, pipeline, format_name, with_bytes)
     except DAMAGED as exc:
-        raise LakeError(f"{os.path.join(lake, '_cdclake', 'dead_letters')} could not be read: {first_line(exc)}") \
+        raise LakeError(f"{own_path(lake, 'dead_letters')} could not be read: {first_line(exc)}") \
             from exc
 
 
 def _dead_letters(lake: str, reason: str | None, pipeline: str | None, format_name: str | None,
                   with_bytes: bool) -> pa.Table:
-    table = _open(os.path.join(lake, "_cdclake", "dead_letters"))
+    table = _open(own_path(lake, "dead_letters"))
     if table is None:
         return DEAD_LETTERS.empty_table()
     where = pc.scalar(True)
