@@ -239,6 +239,15 @@ def _properties(folder: Path, listeners: dict[str, str], certificates: Certifica
     return settings
 
 
+def _cluster_id() -> str:
+    """A new KRaft cluster id: a random UUID in URL-safe base64. One that begins with ``-`` is drawn again, as Kafka's
+    own ``Uuid.randomUuid`` does: the storage tool would read it as an option (CI met one, about 1 in 64)."""
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster.startswith("-"):
+            return cluster
+
+
 def _start(folder: Path, secure: bool, certificates: Certificates | None = None) -> Broker:
     """A broker with its storage formatted in ``folder``, on free ports: PLAINTEXT, plus SASL_PLAINTEXT and SSL
     when ``secure``."""
@@ -250,7 +259,7 @@ def _start(folder: Path, secure: bool, certificates: Certificates | None = None)
                                   _properties(folder, listeners, certificates if secure else None).items()))
     (folder / "log4j2.properties").write_text(LOG4J)
     java = ["java", *JVM, f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}", "-cp", _classpath()]
-    cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster = _cluster_id()
     log = folder / "kafka.log"
     format_command = [*java, "kafka.tools.StorageTool", "format", "--cluster-id", cluster, "--config",
                       str(properties), "--standalone"]
