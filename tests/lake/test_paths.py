@@ -143,6 +143,7 @@ def test_status_shows_each_source_name_on_one_line_with_what_a_terminal_acts_on_
 
 def test_the_lakes_own_paths_are_under_its_reserved_directory():
     assert L.own_path("/lake/", "progress") == "/lake/_cdclake/progress"
+    assert L.own_root("s3://bucket/lake/") == "s3://bucket/lake/_cdclake"
     first, second = L.discard_path("/lake"), L.discard_path("/lake")
     assert first.startswith("/lake/_cdclake/discarded/") and second.startswith("/lake/_cdclake/discarded/")
     assert first != second

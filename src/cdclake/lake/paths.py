@@ -84,10 +84,14 @@ def table_path(lake: str, database: str, table: str) -> str:
     return f"{lake.rstrip('/')}/{segment(database)}/{segment(table)}"
 
 
+def own_root(lake: str) -> str:
+    """The lake's own directory, :data:`RESERVED`, which no source table's path can reach."""
+    return f"{lake.rstrip('/')}/{RESERVED}"
+
+
 def own_path(lake: str, name: str) -> str:
-    """Where the lake keeps its own table (or directory) ``name``: under :data:`RESERVED`, which no source table's
-    path can reach."""
-    return f"{lake.rstrip('/')}/{RESERVED}/{name}"
+    """Where the lake keeps its own table (or directory) ``name``: under :func:`own_root`."""
+    return f"{own_root(lake)}/{name}"
 
 
 def discard_path(lake: str) -> str:

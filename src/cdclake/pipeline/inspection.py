@@ -15,7 +15,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdclake.errors import LakeError
 from cdclake.lake.layout import CONSISTENT_UP_TO, DEAD_LETTERS, RENAMED_TO
-from cdclake.lake.paths import lake_tables, own_path, refuse_foreign, table_path
+from cdclake.lake.paths import lake_tables, own_path, own_root, refuse_foreign, table_path
 from cdclake.lake.progress import read_history
 from cdclake.lake.store import read_dataset
 from cdclake.model.records import Record
@@ -45,7 +45,7 @@ def _read(uri: str, columns: list[str]) -> pa.Table | None:
 def is_lake(lake: str) -> bool:
     """Whether a local directory is a lake: a run makes its ``_cdclake`` directory before anything else. Delta
     tables at ``<database>/<table>`` alone do not make one (``/tmp`` may hold some of other programs)."""
-    return os.path.isdir(own_path(lake, ""))
+    return os.path.isdir(own_root(lake))
 
 
 def check_lake(lake: str) -> None:

@@ -71,7 +71,7 @@ def run(config: PipelineConfig, progress: Progress | None = None, spark: SparkSe
         raise ValueError(refused)
     config.make_directories()
     if "://" not in config.lake:  # what makes a directory a lake for `status` and the other commands
-        os.makedirs(lakepaths.own_path(config.lake, ""), exist_ok=True)
+        os.makedirs(lakepaths.own_root(config.lake), exist_ok=True)
     check_kafka_sources(config)
     if spark is None:
         _check_registries(config)
